@@ -290,6 +290,11 @@ void printKernelInfo(const KernelInfo &K, raw_ostream &OS) {
   OS << "  returns: " << Count(&FunctionInfo::Returns) << '\n';
   OS << "  calls: " << Count(&FunctionInfo::Calls)
      << (K.HasIndirectCalls ? " (indirect calls present)" : "") << '\n';
+  OS << "  sites:";
+  bool AnySite = !F.Barriers.empty() || !F.Returns.empty() || !F.Calls.empty();
+  for (const FunctionInfo *C : K.Callees)
+    AnySite |= !C->Barriers.empty() || !C->Returns.empty() || !C->Calls.empty();
+  OS << (AnySite ? "\n" : " none\n");
   printSites(F, "    ", OS);
   for (const FunctionInfo *C : K.Callees)
     printSites(*C, "    ", OS);

@@ -4,6 +4,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Casting.h"
 
 using namespace llvm;
@@ -22,8 +23,11 @@ bool isTerminator(const Instruction &I) {
 
 CFG::CFG(Function &F) {
   assert(F.Body && "CFG of a declaration");
-  // .branchtargets lists, by the label that names them.
+  // .branchtargets lists, by the label that names them. Labels of
+  // `.branchtargets`, `.calltargets` and `.callprototype` name data, not
+  // code: they start no block.
   StringMap<SmallVector<StringRef, 8>> TargetLists;
+  StringSet<> DataLabels;
   {
     StringRef PendingLabel;
     walkStmts(F.Body->Body, [&](Stmt &S) {
@@ -31,8 +35,12 @@ CFG::CFG(Function &F) {
         PendingLabel = L->Name;
         return;
       }
-      if (auto *D = dyn_cast<DirectiveStmt>(&S);
-          D && D->D.Name == ".branchtargets" && !PendingLabel.empty()) {
+      auto *D = dyn_cast<DirectiveStmt>(&S);
+      if (D && !PendingLabel.empty() &&
+          (D->D.Name == ".branchtargets" || D->D.Name == ".calltargets" ||
+           D->D.Name == ".callprototype"))
+        DataLabels.insert(PendingLabel);
+      if (D && D->D.Name == ".branchtargets" && !PendingLabel.empty()) {
         auto &List = TargetLists[PendingLabel];
         for (const Token &T : D->D.Args)
           if (T.is(TokKind::Ident))
@@ -54,6 +62,8 @@ CFG::CFG(Function &F) {
   bool AfterTerminator = false;
   walkStmts(F.Body->Body, [&](Stmt &S) {
     if (auto *L = dyn_cast<LabelStmt>(&S)) {
+      if (DataLabels.contains(L->Name))
+        return;
       // A label on a block that is still empty and unnamed names it.
       BasicBlock &Cur = Blocks.back();
       if (Cur.Insts.empty() && Cur.Label.empty())

@@ -12,6 +12,7 @@
 #include "tally/PTX/Lexer.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 
 using namespace llvm;
 
@@ -88,6 +89,11 @@ private:
 
   Error err(const Token &T, const Twine &Msg) {
     return makeSourceError(SM, T.getLoc(), Msg);
+  }
+  /// An error located just after the last token taken (for a missing `;`).
+  Error errAfterPrev(const Twine &Msg) {
+    const Token &Prev = Toks[Pos ? Pos - 1 : 0];
+    return makeSourceError(SM, SMLoc::getFromPointer(Prev.Text.end()), Msg);
   }
   /// Describes the current token for "expected X, found Y" messages.
   std::string found() const {
@@ -500,7 +506,8 @@ Expected<Instruction> Parser::parseInstruction() {
     I.Guard = take().Text;
   }
   const Token &Op = tok();
-  if (!Op.is(TokKind::Ident) || Op.Text.starts_with("%"))
+  // Opcodes are lower-case words; `$L1 ret;` is a label without its ':'.
+  if (!Op.is(TokKind::Ident) || !isAlpha(Op.Text.front()))
     return err(Op, "expected an opcode, found " + found());
   take();
   const char *Begin = Op.Text.begin(), *End = Op.Text.end();
@@ -518,8 +525,9 @@ Expected<Instruction> Parser::parseInstruction() {
       continue;
     if (consumePunct(';'))
       return std::move(I);
-    if (tok().is(TokKind::Eof))
-      return err(Op, "missing ';' after instruction '" + I.Opcode + "'");
+    // What follows on a new line starts the next statement.
+    if (tok().is(TokKind::Eof) || tok().NewlineBefore)
+      return errAfterPrev("missing ';' after instruction '" + I.Opcode + "'");
     return err(tok(), "expected ',' or ';' after operand of '" + I.Opcode +
                           "', found " + found());
   }
@@ -538,11 +546,23 @@ Expected<Operand> Parser::parseOperand(char Closer) {
     return std::move(O);
   }
   int Depth = 0;
+  auto IsTerm = [](const Token &X) {
+    return X.is(TokKind::Ident) || X.is(TokKind::Integer) ||
+           X.is(TokKind::Float) || X.is(TokKind::String);
+  };
   while (true) {
     const Token &C = tok();
-    if (C.is(TokKind::Eof))
+    if (C.is(TokKind::Eof)) {
+      if (Depth == 0 && !O.Toks.empty())
+        break;
       return err(T, "unterminated operand");
+    }
     if (Depth == 0 && (C.isPunct(',') || C.isPunct(';') || C.isPunct(Closer)))
+      break;
+    // No operand has two terms side by side (`1 ret`) or a guard in it: the
+    // instruction ended without its ';'.
+    if (Depth == 0 && !O.Toks.empty() &&
+        (C.isPunct('@') || (IsTerm(C) && IsTerm(O.Toks.back()))))
       break;
     if (C.isPunct(';'))
       return err(C, "unexpected ';' inside brackets");

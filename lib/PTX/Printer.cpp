@@ -16,8 +16,12 @@ using namespace llvm;
 namespace tally::ptx {
 
 void printTokens(ArrayRef<Token> Toks, raw_ostream &OS) {
+  // Commas are canonical (", "); elsewhere a space stands where the source
+  // had whitespace.
   for (size_t I = 0; I < Toks.size(); ++I) {
-    if (I && Toks[I].SpaceBefore)
+    bool Space = I && !Toks[I].isPunct(',') &&
+                 (Toks[I].SpaceBefore || Toks[I - 1].isPunct(','));
+    if (Space)
       OS << ' ';
     OS << Toks[I].Text;
   }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test.sh - the whole test suite, from a fresh machine:
+#   1. install dependencies (scripts/setup.sh),
+#   2. Release build; ctest: lit tests, unit tests, the corpus round trip
+#      through ptxas (../shared/corpus), GPU tests (skipped without a GPU),
+#   3. ASan+UBSan build with clang: lit and unit tests again, the corpus
+#      parse + fixed point, and a time-boxed libFuzzer run of each fuzzer.
+# Set TALLY_FUZZ_SECONDS (default 60 per fuzzer) to change the fuzz budget.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+scripts/setup.sh
+export PATH=/usr/local/cuda/bin:$PATH
+jobs=$(nproc)
+
+echo "== Release build"
+scripts/build.sh
+echo "== ctest (Release)"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== ASan+UBSan build (clang-22, libFuzzer)"
+CC=clang-22 CXX=clang++-22 cmake -S . -B build-asan -G Ninja \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTALLY_SANITIZE=ON -DTALLY_LIBFUZZER=ON \
+  -DTALLY_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+echo "== ctest (ASan+UBSan)"
+ctest --test-dir build-asan --output-on-failure -j"$jobs" -E corpus-roundtrip
+python3 test/corpus/roundtrip.py --no-ptxas \
+  --tally-opt build-asan/bin/tally-opt --cubin-compare build-asan/bin/cubin-compare
+
+echo "== fuzzing (ASan+UBSan, ${TALLY_FUZZ_SECONDS:-60} s per target)"
+fuzzdir=$(mktemp -d)
+trap 'rm -rf "$fuzzdir"' EXIT
+for fuzzer in build-asan/bin/*-fuzzer; do
+  name=$(basename "$fuzzer")
+  mkdir -p "$fuzzdir/$name"
+  seeds=()
+  if [[ $name == ptx-* && -d ../shared/corpus/ptx ]]; then
+    seeds=(../shared/corpus/ptx/cupy ../shared/corpus/ptx/triton-hopper)
+  elif [[ -d test/fuzz/$name ]]; then
+    seeds=("test/fuzz/$name")
+  fi
+  if ! "$fuzzer" -max_total_time="${TALLY_FUZZ_SECONDS:-60}" -max_len=65536 \
+      -rss_limit_mb=4096 -print_final_stats=1 "$fuzzdir/$name" "${seeds[@]}" \
+      >"$fuzzdir/$name.log" 2>&1; then
+    tail -n 60 "$fuzzdir/$name.log"
+    echo "fuzzer $name found a failure" >&2
+    exit 1
+  fi
+  grep -E "^Done|stat::number_of_executed_units" "$fuzzdir/$name.log" || true
+done
+echo "== all tests passed"
