@@ -4,8 +4,10 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/Casting.h"
+
+#include <functional>
 
 using namespace llvm;
 
@@ -27,31 +29,41 @@ CFG::CFG(Function &F) {
   // `.branchtargets`, `.calltargets` and `.callprototype` name data, not
   // code: they start no block.
   StringMap<SmallVector<StringRef, 8>> TargetLists;
-  StringSet<> DataLabels;
+  SmallPtrSet<const Stmt *, 4> DataLabels;
   {
-    StringRef PendingLabel;
+    const LabelStmt *Pending = nullptr;
     walkStmts(F.Body->Body, [&](Stmt &S) {
       if (auto *L = dyn_cast<LabelStmt>(&S)) {
-        PendingLabel = L->Name;
+        Pending = L;
         return;
       }
       auto *D = dyn_cast<DirectiveStmt>(&S);
-      if (D && !PendingLabel.empty() &&
-          (D->D.Name == ".branchtargets" || D->D.Name == ".calltargets" ||
-           D->D.Name == ".callprototype"))
-        DataLabels.insert(PendingLabel);
-      if (D && D->D.Name == ".branchtargets" && !PendingLabel.empty()) {
-        auto &List = TargetLists[PendingLabel];
+      if (!D) {
+        Pending = nullptr;
+        return;
+      }
+      if (!Pending)
+        return;
+      StringRef Name = D->D.Name;
+      if (Name == ".branchtargets" || Name == ".calltargets" ||
+          Name == ".callprototype")
+        DataLabels.insert(Pending);
+      if (Name == ".branchtargets") {
+        auto &List = TargetLists[Pending->Name];
         for (const Token &T : D->D.Args)
           if (T.is(TokKind::Ident))
             List.push_back(T.Text);
       }
-      if (!isa<DirectiveStmt>(&S))
-        PendingLabel = {};
     });
   }
 
-  // Split into blocks.
+  // Split into blocks. Labels are scoped: one declared inside `{ }` is
+  // visible there and in the blocks nested in it, and another block may
+  // reuse its name (each of Triton's inline-asm blocks declares its own
+  // `waitLoop`). Scope 0 is the function body.
+  std::vector<unsigned> ScopeParent{0};
+  std::vector<StringMap<unsigned>> ScopeLabels(1);
+  DenseMap<const Instruction *, unsigned> InstScope;
   auto StartBlock = [&](StringRef Label) {
     BasicBlock B;
     B.Index = Blocks.size();
@@ -60,32 +72,45 @@ CFG::CFG(Function &F) {
   };
   StartBlock({});
   bool AfterTerminator = false;
-  walkStmts(F.Body->Body, [&](Stmt &S) {
-    if (auto *L = dyn_cast<LabelStmt>(&S)) {
-      if (DataLabels.contains(L->Name))
-        return;
-      // A label on a block that is still empty and unnamed names it.
-      BasicBlock &Cur = Blocks.back();
-      if (Cur.Insts.empty() && Cur.Label.empty())
-        Cur.Label = L->Name;
-      else
-        StartBlock(L->Name);
-      LabelBlock[L->Name] = Blocks.back().Index;
-      AfterTerminator = false;
-      return;
-    }
-    auto *IS = dyn_cast<InstStmt>(&S);
-    if (!IS)
-      return;
-    if (AfterTerminator) {
-      StartBlock({});
-      AfterTerminator = false;
-    }
-    Blocks.back().Insts.push_back(&IS->I);
-    BlockOf[&IS->I] = Blocks.back().Index;
-    if (isTerminator(IS->I))
-      AfterTerminator = true;
-  });
+  std::function<void(const StmtList &, unsigned)> Split =
+      [&](const StmtList &Body, unsigned Scope) {
+        for (const auto &S : Body) {
+          if (auto *Nested = dyn_cast<ScopeStmt>(S.get())) {
+            unsigned Id = ScopeParent.size();
+            ScopeParent.push_back(Scope);
+            ScopeLabels.emplace_back();
+            Split(Nested->Body, Id);
+            continue;
+          }
+          if (auto *L = dyn_cast<LabelStmt>(S.get())) {
+            if (DataLabels.contains(L))
+              continue;
+            // A label on a block that is still empty and unnamed names it.
+            BasicBlock &Cur = Blocks.back();
+            if (Cur.Insts.empty() && Cur.Label.empty())
+              Cur.Label = L->Name;
+            else
+              StartBlock(L->Name);
+            ScopeLabels[Scope].try_emplace(L->Name, Blocks.back().Index);
+            LabelBlock.try_emplace(L->Name, Blocks.back().Index);
+            AfterTerminator = false;
+            continue;
+          }
+          auto *IS = dyn_cast<InstStmt>(S.get());
+          if (!IS)
+            continue;
+          if (AfterTerminator) {
+            StartBlock({});
+            AfterTerminator = false;
+          }
+          Blocks.back().Insts.push_back(&IS->I);
+          BlockOf[&IS->I] = Blocks.back().Index;
+          InstScope[&IS->I] = Scope;
+          if (isTerminator(IS->I))
+            AfterTerminator = true;
+        }
+      };
+  Split(F.Body->Body, 0);
 
   // Edges.
   auto AddEdge = [&](unsigned From, unsigned To) {
@@ -94,24 +119,31 @@ CFG::CFG(Function &F) {
       Blocks[To].Preds.push_back(From);
     }
   };
-  auto Target = [&](StringRef Label, unsigned From) {
-    auto It = LabelBlock.find(Label);
-    if (It == LabelBlock.end()) {
-      ++Unresolved;
-      return;
+  // The innermost visible label of that name, from the branch's scope out.
+  auto Target = [&](StringRef Label, unsigned From, unsigned Scope) {
+    while (true) {
+      auto It = ScopeLabels[Scope].find(Label);
+      if (It != ScopeLabels[Scope].end()) {
+        AddEdge(From, It->second);
+        return;
+      }
+      if (Scope == 0)
+        break;
+      Scope = ScopeParent[Scope];
     }
-    AddEdge(From, It->second);
+    ++Unresolved;
   };
   for (unsigned BI = 0; BI < Blocks.size(); ++BI) {
     BasicBlock &B = Blocks[BI];
     bool FallsThrough = true;
     if (!B.Insts.empty()) {
       const Instruction &T = *B.Insts.back();
+      unsigned Scope = InstScope.lookup(&T);
       StringRef Base = T.getBaseOpcode();
       if (Base == "bra") {
         if (!T.Ops.empty()) {
           if (auto Sym = T.Ops[0].getSymbol())
-            Target(*Sym, BI);
+            Target(*Sym, BI, Scope);
           else
             ++Unresolved;
         }
@@ -126,7 +158,7 @@ CFG::CFG(Function &F) {
           ++Unresolved;
         else
           for (StringRef L : It->second)
-            Target(L, BI);
+            Target(L, BI, Scope);
         FallsThrough = T.isGuarded();
       } else if (isReturnLike(T)) {
         B.IsExit = true;

@@ -4,6 +4,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Casting.h"
 
 using namespace llvm;
 
@@ -174,6 +175,54 @@ Function *Module::getFunction(StringRef Name) const {
     if (F->Name == Name)
       return F;
   return nullptr;
+}
+
+StmtList cloneStmts(const StmtList &Body) {
+  StmtList Out;
+  Out.reserve(Body.size());
+  for (const auto &S : Body) {
+    switch (S->getKind()) {
+    case Stmt::Kind::Inst:
+      Out.push_back(std::make_unique<InstStmt>(cast<InstStmt>(*S).I));
+      break;
+    case Stmt::Kind::Label: {
+      auto &L = cast<LabelStmt>(*S);
+      Out.push_back(std::make_unique<LabelStmt>(L.Name, L.getLoc()));
+      break;
+    }
+    case Stmt::Kind::Decl:
+      Out.push_back(std::make_unique<DeclStmt>(cast<DeclStmt>(*S).D));
+      break;
+    case Stmt::Kind::Directive:
+      Out.push_back(std::make_unique<DirectiveStmt>(cast<DirectiveStmt>(*S).D));
+      break;
+    case Stmt::Kind::Scope: {
+      auto Scope = std::make_unique<ScopeStmt>(S->getLoc());
+      Scope->Body = cloneStmts(cast<ScopeStmt>(*S).Body);
+      Out.push_back(std::move(Scope));
+      break;
+    }
+    }
+  }
+  return Out;
+}
+
+std::unique_ptr<Function> cloneFunction(const Function &F) {
+  auto C = std::make_unique<Function>();
+  C->Linkage = F.Linkage;
+  C->IsEntry = F.IsEntry;
+  C->Name = F.Name;
+  C->HasRetList = F.HasRetList;
+  C->Rets = F.Rets;
+  C->HasParamList = F.HasParamList;
+  C->Params = F.Params;
+  C->Directives = F.Directives;
+  C->Loc = F.Loc;
+  if (F.Body) {
+    C->Body = std::make_unique<ScopeStmt>(F.Body->getLoc());
+    C->Body->Body = cloneStmts(F.Body->Body);
+  }
+  return C;
 }
 
 void walkStmts(const StmtList &Body, const std::function<void(Stmt &)> &F) {

@@ -59,10 +59,23 @@ bool isFunctionDirective(StringRef W) {
 
 class Parser {
 public:
-  Parser(Module &M, std::vector<Token> Toks)
-      : M(M), SM(M.getSourceMgr()), Toks(std::move(Toks)) {}
+  Parser(Module &M, SourceMgr &SM, std::vector<Token> Toks)
+      : M(M), SM(SM), Toks(std::move(Toks)) {}
 
   Error parseModule();
+  /// Statements up to the end of input (for code that passes build).
+  Error parseStatementsToEnd(StmtList &Body) {
+    while (!tok().is(TokKind::Eof))
+      if (Error E = parseStatement(Body))
+        return E;
+    return Error::success();
+  }
+  Expected<VarDecl> parseSingleParam() {
+    auto V = parseVarDecl({}, /*Multi=*/false);
+    if (V && !tok().is(TokKind::Eof))
+      return err(tok(), "unexpected " + found() + " after parameter");
+    return V;
+  }
 
 private:
   Module &M;
@@ -358,6 +371,8 @@ Error Parser::parseParamList(std::vector<VarDecl> &Params) {
   if (consumePunct(')'))
     return Error::success();
   while (true) {
+    if (tok().is(TokKind::Eof))
+      return err(Open, "unterminated parameter list");
     if (!tok().isDot(".param") && !tok().isDot(".reg"))
       return err(tok(), "expected '.param' or '.reg' in parameter list, found " +
                             found());
@@ -609,7 +624,7 @@ parseModule(std::unique_ptr<MemoryBuffer> Buffer) {
   auto Toks = lex(SM, ID);
   if (!Toks)
     return Toks.takeError();
-  Parser P(*M, std::move(*Toks));
+  Parser P(*M, SM, std::move(*Toks));
   if (Error E = P.parseModule())
     return std::move(E);
   return std::move(M);
@@ -617,6 +632,35 @@ parseModule(std::unique_ptr<MemoryBuffer> Buffer) {
 
 Expected<std::unique_ptr<Module>> parseModule(StringRef Text, StringRef Name) {
   return parseModule(MemoryBuffer::getMemBufferCopy(Text, Name));
+}
+
+/// Lexes \p Text saved in \p M (so tokens outlive the call) and hands a
+/// parser over it to \p Fn.
+template <typename T, typename FnT>
+static Expected<T> parseSnippet(Module &M, StringRef Text, FnT Fn) {
+  StringRef Saved = M.save(Text);
+  SourceMgr SM;
+  unsigned ID = SM.AddNewSourceBuffer(
+      MemoryBuffer::getMemBuffer(Saved, "<tally-generated>", false), SMLoc());
+  auto Toks = lex(SM, ID);
+  if (!Toks)
+    return Toks.takeError();
+  Parser P(M, SM, std::move(*Toks));
+  return Fn(P);
+}
+
+Expected<StmtList> parseStatements(Module &M, StringRef Text) {
+  return parseSnippet<StmtList>(M, Text, [](Parser &P) -> Expected<StmtList> {
+    StmtList Body;
+    if (Error E = P.parseStatementsToEnd(Body))
+      return std::move(E);
+    return std::move(Body);
+  });
+}
+
+Expected<VarDecl> parseParamDecl(Module &M, StringRef Text) {
+  return parseSnippet<VarDecl>(M, Text,
+                               [](Parser &P) { return P.parseSingleParam(); });
 }
 
 } // namespace tally::ptx

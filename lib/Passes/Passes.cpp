@@ -106,6 +106,25 @@ public:
   }
 };
 
+} // namespace
+
+// Factories, one per registry entry: create<CLASS>(). The transformation
+// passes live in TransformPasses.cpp.
+#define MODULE_PASS(NAME, CLASS, HELP) std::unique_ptr<ModulePass> create##CLASS();
+#include "PassRegistry.def"
+
+std::unique_ptr<ModulePass> createPrintKernelInfoPass() {
+  return std::make_unique<PrintKernelInfoPass>();
+}
+std::unique_ptr<ModulePass> createPrintCFGPass() {
+  return std::make_unique<PrintCFGPass>();
+}
+std::unique_ptr<ModulePass> createVerifyPass() {
+  return std::make_unique<VerifyPass>();
+}
+
+namespace {
+
 using PassFactory = std::unique_ptr<ModulePass> (*)();
 
 struct RegistryEntry {
@@ -115,9 +134,7 @@ struct RegistryEntry {
 
 const RegistryEntry Registry[] = {
 #define MODULE_PASS(NAME, CLASS, HELP)                                         \
-  {{NAME, HELP}, []() -> std::unique_ptr<ModulePass> {                         \
-     return std::make_unique<CLASS>();                                         \
-   }},
+  {{NAME, HELP}, &create##CLASS},
 #include "PassRegistry.def"
 };
 

@@ -31,7 +31,8 @@ namespace {
 struct Options {
   std::string Input;
   std::string Output;
-  std::string Passes;
+  std::string Passes = DefaultPipeline;
+  std::string MetadataFile;
   bool ListPasses = false;
   bool Stats = false;
 };
@@ -85,6 +86,7 @@ Error runTool(const Options &O) {
   if (Error E = runPipeline(*Pipeline, **M, Ctx))
     return E;
 
+  Ctx.Meta.finalize();
   std::string Text;
   raw_string_ostream TextOS(Text);
   if (!Output.empty())
@@ -104,6 +106,14 @@ Error runTool(const Options &O) {
     }
     Out.keep();
   }
+  if (!O.MetadataFile.empty()) {
+    std::error_code EC;
+    ToolOutputFile Meta(O.MetadataFile, EC, sys::fs::OF_Text);
+    if (EC)
+      return fileError(O.MetadataFile, "cannot open metadata file: " + EC.message());
+    Meta.os() << Ctx.Meta.toYAML();
+    Meta.keep();
+  }
   if (O.Stats)
     for (const auto &S : Ctx.Stats)
       errs() << S.getValue() << " " << S.getKey() << '\n';
@@ -119,6 +129,7 @@ int main(int argc, char **argv) {
                "Reads PTX, parses it into Tally's IR, runs a pipeline of passes "
                "and prints the result.\n"
                "Examples:\n"
+               "  tally-opt k.ptx -o out.ptx                 add sliced and PTB variants\n"
                "  tally-opt k.ptx -o out.ptx --passes=       parse and re-print\n"
                "  tally-opt k.ptx --passes='print<kernel-info>'   describe kernels\n",
                "tally-opt"};
@@ -128,7 +139,12 @@ int main(int argc, char **argv) {
                  "the pipeline only prints analyses");
   App.add_option("--passes", O.Passes,
                  "comma-separated pass pipeline, e.g. 'print<kernel-info>'; "
-                 "empty ('--passes=') parses and re-prints");
+                 "default: '" + std::string(DefaultPipeline) +
+                     "' (add the sliced and PTB variant of every kernel that "
+                     "allows it); empty ('--passes=') parses and re-prints");
+  App.add_option("--metadata", O.MetadataFile,
+                 "write what the transformations did to each kernel, as YAML "
+                 "(docs/metadata.md)");
   App.add_flag("--list-passes", O.ListPasses, "list the registered passes and exit");
   App.add_flag("--stats", O.Stats, "print pass statistics to stderr");
   App.set_version_flag("--version", "tally-opt 0.1.0");
@@ -136,9 +152,12 @@ int main(int argc, char **argv) {
   // and re-print) as a missing value and takes the next argument instead;
   // an empty pipeline is the default, so drop the argument here.
   std::vector<std::string> Args;
-  for (int I = argc - 1; I > 0; --I)
-    if (StringRef(argv[I]) != "--passes=")
+  for (int I = argc - 1; I > 0; --I) {
+    if (StringRef(argv[I]) == "--passes=")
+      O.Passes.clear();
+    else
       Args.push_back(argv[I]);
+  }
   try {
     App.parse(Args);
   } catch (const CLI::ParseError &E) {

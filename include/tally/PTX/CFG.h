@@ -2,8 +2,10 @@
 //
 // Basic blocks over a function body as written: a block starts at a label
 // or after a terminator and ends at a branch, `ret`, `exit`, `trap` or the
-// next label. Nested `{}` scopes do not split blocks. Targets of `brx.idx`
-// come from the `.branchtargets` list the instruction names.
+// next label. Nested `{}` scopes do not split blocks, but they scope the
+// labels declared in them: a branch goes to the innermost visible label of
+// its name. Targets of `brx.idx` come from the `.branchtargets` list the
+// instruction names.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TALLY_PTX_CFG_H
@@ -37,6 +39,8 @@ public:
   const std::vector<BasicBlock> &blocks() const { return Blocks; }
   /// The block holding \p I.
   const BasicBlock *getBlock(const Instruction *I) const;
+  /// The block of the first label named \p Label in source order (labels
+  /// in nested scopes may repeat a name).
   const BasicBlock *getBlockForLabel(llvm::StringRef Label) const;
   /// Instructions that jump to a label this function does not define (or an
   /// indirect branch whose targets are unknown).

@@ -271,6 +271,11 @@ private:
   llvm::UniqueStringSaver Saver{Alloc};
 };
 
+/// Deep copies. Tokens keep pointing at the same text, which the module
+/// owns, so a clone may live in the same module as its original.
+StmtList cloneStmts(const StmtList &Body);
+std::unique_ptr<Function> cloneFunction(const Function &F);
+
 /// Calls F on every statement of \p Body, descending into nested scopes, in
 /// source order.
 void walkStmts(const StmtList &Body, const std::function<void(Stmt &)> &F);

@@ -22,6 +22,14 @@ parseModule(std::unique_ptr<llvm::MemoryBuffer> Buffer);
 llvm::Expected<std::unique_ptr<Module>> parseModule(llvm::StringRef Text,
                                                     llvm::StringRef Name);
 
+/// Parses statements (instructions, labels, declarations, scopes) written as
+/// PTX text, for passes that build code. The text is saved in \p M, so the
+/// statements may be inserted into any function of \p M.
+llvm::Expected<StmtList> parseStatements(Module &M, llvm::StringRef Text);
+
+/// Parses one parameter declaration such as `.param .u64 foo`.
+llvm::Expected<VarDecl> parseParamDecl(Module &M, llvm::StringRef Text);
+
 } // namespace tally::ptx
 
 #endif

@@ -8,6 +8,7 @@
 #ifndef TALLY_PASSES_PASS_H
 #define TALLY_PASSES_PASS_H
 
+#include "tally/Metadata/Metadata.h"
 #include "tally/PTX/IR.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -28,7 +29,12 @@ struct PassContext {
   /// Named counters (`-stats`): "<pass>.<what>" -> count.
   llvm::StringMap<uint64_t> Stats;
   void count(llvm::StringRef Key, uint64_t N = 1) { Stats[Key] += N; }
+  /// What the transformations did to each kernel (`--metadata`).
+  Metadata Meta;
 };
+
+/// The pipeline tally-opt runs when --passes is not given.
+constexpr const char *DefaultPipeline = "slice,ptb";
 
 class ModulePass {
 public:

@@ -1,0 +1,196 @@
+//===- Legality.cpp - which preemptible forms a kernel allows -------------===//
+
+#include "tally/Transforms/Legality.h"
+
+#include "tally/PTX/Printer.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Casting.h"
+
+using namespace llvm;
+using namespace tally::ptx;
+
+namespace tally {
+
+unsigned getBarrierIdOperand(const Instruction &I) {
+  // bar.red.op.pred d, a, ...; bar.red.popc.u32 d, a, ...; others: a, ...
+  return I.hasModifier(".red") ? 1 : 0;
+}
+
+static bool isClusterRegister(StringRef R) {
+  return R.starts_with("%cluster") || R == "%clusterid" || R == "%nclusterid" ||
+         R == "%is_explicit_cluster";
+}
+
+static bool isDeviceLaunchCallee(StringRef Name) {
+  return Name.starts_with("__cudaCDP") || Name.starts_with("cudaLaunchDevice") ||
+         Name.starts_with("cudaGetParameterBuffer");
+}
+
+namespace {
+/// Accumulates reasons; the first one per form is the one reported, the
+/// others become notes so users see every obstacle.
+struct Verdict {
+  Legality &L;
+  void rejectBoth(const std::string &Why) {
+    rejectSlice(Why);
+    rejectPtb(Why);
+  }
+  void rejectSlice(const std::string &Why) {
+    if (L.SliceOK) {
+      L.SliceOK = false;
+      L.SliceReason = Why;
+    }
+  }
+  void rejectPtb(const std::string &Why) {
+    if (L.PtbOK) {
+      L.PtbOK = false;
+      L.PtbReason = Why;
+    } else if (Why != L.PtbReason && !is_contained(L.Notes, "ptb: " + Why)) {
+      L.Notes.push_back("ptb: " + Why);
+    }
+  }
+};
+} // namespace
+
+Legality checkLegality(const Module &M, const ModuleInfo &MI,
+                       const KernelInfo &K) {
+  Legality L;
+  Verdict V{L};
+  const Function &F = *K.Own.F;
+
+  // Names we would add must be free.
+  bool Clash = false;
+  walkStmts(F.Body->Body, [&](Stmt &S) {
+    if (auto *IS = dyn_cast<InstStmt>(&S))
+      for (const Operand &O : IS->I.Ops)
+        O.forEachToken([&](const Token &T) {
+          if (T.is(TokKind::Ident) &&
+              T.Text.ltrim("%$").starts_with(ReservedPrefix))
+            Clash = true;
+        });
+    if (auto *D = dyn_cast<DeclStmt>(&S))
+      for (const Declarator &X : D->D.Decls)
+        if (X.Name.ltrim("%$").starts_with(ReservedPrefix))
+          Clash = true;
+  });
+  if (Clash)
+    V.rejectBoth(std::string("uses names starting with '") + ReservedPrefix +
+                 "', which Tally reserves");
+
+  for (const Directive &D : F.Directives)
+    if (D.Name == ".reqnctapercluster" || D.Name == ".explicitcluster" ||
+        D.Name == ".maxclusterrank")
+      V.rejectBoth("thread-block clusters (" + D.Name.str() + ")");
+
+  std::vector<const FunctionInfo *> All{&K.Own};
+  All.insert(All.end(), K.Callees.begin(), K.Callees.end());
+  if (K.HasIndirectCalls)
+    V.rejectBoth("indirect call (callees unknown)");
+
+  for (const FunctionInfo *FI : All) {
+    bool IsKernel = FI == &K.Own;
+    std::string Where = IsKernel ? "" : " in function " + FI->F->Name.str();
+    for (auto &[Reg, N] : FI->SpecialRegs) {
+      StringRef R(Reg);
+      StringRef Base = R.split('.').first;
+      if (Base.starts_with("%envreg"))
+        V.rejectBoth("grid-wide synchronisation (reads " + Reg +
+                     ", the cooperative-launch workspace)" + Where);
+      else if (isClusterRegister(Base))
+        V.rejectBoth("thread-block clusters (reads " + Reg + ")" + Where);
+      else if (Base == "%ctaid" || Base == "%nctaid") {
+        if (!R.contains('.'))
+          V.rejectBoth("reads " + Reg + " as a vector" + Where);
+        else if (!IsKernel)
+          V.rejectBoth("reads " + Reg + " in non-inlined function " +
+                       FI->F->Name.str());
+        if (Base == "%nctaid")
+          L.ReadsGridSize = true;
+      }
+    }
+    for (const CallSite &C : FI->Calls)
+      if (isDeviceLaunchCallee(C.Callee))
+        V.rejectBoth("dynamic parallelism (calls " + C.Callee.str() + ")" + Where);
+    for (const BarrierSite &B : FI->Barriers) {
+      if (B.Scope == BarrierScope::Cluster) {
+        V.rejectBoth("thread-block clusters (" + B.I->Opcode.str() + ")" + Where);
+        continue;
+      }
+      if (B.Scope != BarrierScope::Block)
+        continue;
+      if (!IsKernel) {
+        V.rejectPtb("barrier inside non-inlined function " + FI->F->Name.str());
+        continue;
+      }
+      if (B.I->hasModifier(".red") && !B.HasThreadCount)
+        L.HasReductionBarriers = true;
+    }
+    if (!IsKernel)
+      for (const Site &R : FI->Returns)
+        if (R.I->getBaseOpcode() == "exit")
+          V.rejectPtb("exit inside function " + FI->F->Name.str());
+  }
+
+  // Instructions the PTB loop cannot repeat or that pin a block to its SM.
+  walkStmts(F.Body->Body, [&](Stmt &S) {
+    auto *IS = dyn_cast<InstStmt>(&S);
+    if (!IS)
+      return;
+    StringRef Base = IS->I.getBaseOpcode();
+    if (Base == "setmaxnreg")
+      V.rejectPtb("setmaxnreg (per-warp register reallocation) cannot repeat "
+                  "in a persistent loop");
+    if (Base == "mapa")
+      V.rejectBoth("thread-block clusters (mapa: distributed shared memory)");
+  });
+
+  // A hardware barrier for the PTB variant: counted barriers stay where they
+  // are, so their ids must be known and differ from ours.
+  bool Used[16] = {};
+  for (const BarrierSite &B : K.Own.Barriers) {
+    if (B.Scope != BarrierScope::Block || !B.HasThreadCount)
+      continue;
+    unsigned Idx = getBarrierIdOperand(*B.I);
+    unsigned Id = 0;
+    if (Idx >= B.I->Ops.size() || B.I->Ops[Idx].Toks.size() != 1 ||
+        B.I->Ops[Idx].Toks[0].Text.getAsInteger(0, Id) || Id > 15) {
+      std::string Text;
+      raw_string_ostream OS(Text);
+      printInstruction(*B.I, OS);
+      V.rejectPtb("barrier id is not a constant (" + Text + ")");
+      continue;
+    }
+    Used[Id] = true;
+  }
+  // The lowest free id: ptxas reserves barriers up to the highest id used.
+  int Free = -1;
+  for (int Id = 0; Id < 16 && Free < 0; ++Id)
+    if (!Used[Id])
+      Free = Id;
+  if (Free < 0)
+    V.rejectPtb("all 16 hardware barriers are in use");
+  else
+    L.BarrierId = Free;
+
+  uint64_t Extra = 24; // the larger of the two variants' additions
+  if (K.Own.ParamBytes + Extra > MaxParamBytes)
+    V.rejectBoth("parameter space: " + std::to_string(K.Own.ParamBytes) +
+                 " bytes of parameters leave no room for Tally's " +
+                 std::to_string(Extra));
+
+  if (L.ReadsGridSize)
+    L.Notes.push_back("reads %nctaid: grid-stride or persistent loop; "
+                      "variants keep the original grid size");
+  for (const FunctionInfo *FI : All)
+    for (const CallSite &C : FI->Calls)
+      if (C.Callee == "__assertfail" || C.Callee == "vprintf")
+        if (!is_contained(L.Notes, "calls " + C.Callee.str()))
+          L.Notes.push_back("calls " + C.Callee.str());
+  (void)M;
+  (void)MI;
+  return L;
+}
+
+} // namespace tally

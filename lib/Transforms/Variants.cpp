@@ -1,0 +1,498 @@
+//===- Variants.cpp - the sliced and PTB forms of a kernel ----------------===//
+//
+// The rewrites build their code as PTX text, parsed into statements by the
+// front end, so what is inserted reads like the PTX it becomes. Every name
+// added starts with `__tly` (registers `%__tly_*`, labels `$__tly_*`); the
+// legality check refuses modules that already use that prefix.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tally/Transforms/Variants.h"
+
+#include "tally/Analysis/KernelInfo.h"
+#include "tally/PTX/CFG.h"
+#include "tally/PTX/Parser.h"
+#include "tally/PTX/Printer.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/Casting.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <functional>
+
+using namespace llvm;
+using namespace tally::ptx;
+
+namespace tally {
+
+std::string getVariantName(StringRef Kernel, StringRef Kind) {
+  return (Kernel + "__tally_" + Kind).str();
+}
+
+namespace {
+
+Error internalError(const Twine &Msg) {
+  return createStringError(inconvertibleErrorCode(),
+                           "internal error in a Tally rewrite: %s",
+                           Msg.str().c_str());
+}
+
+Expected<StmtList> code(Module &M, const std::string &Text) {
+  auto S = parseStatements(M, Text);
+  if (!S)
+    return internalError("generated PTX does not parse: " + toString(S.takeError()));
+  return S;
+}
+
+std::string guardText(const Instruction &I) {
+  if (!I.isGuarded())
+    return "";
+  return ("@" + Twine(I.GuardNegated ? "!" : "") + I.Guard + " ").str();
+}
+
+std::string operandText(const Operand &O) {
+  std::string S;
+  raw_string_ostream OS(S);
+  printOperand(O, OS);
+  return S;
+}
+
+/// Replaces instructions anywhere in \p Body (nested scopes included). \p Fn
+/// returns the statements that replace an instruction, or std::nullopt to
+/// keep it.
+using InstRewriter = std::function<Expected<std::optional<StmtList>>(Instruction &)>;
+
+Error rewriteInsts(StmtList &Body, const InstRewriter &Fn) {
+  StmtList Out;
+  Out.reserve(Body.size());
+  for (auto &S : Body) {
+    if (auto *Scope = dyn_cast<ScopeStmt>(S.get())) {
+      if (Error E = rewriteInsts(Scope->Body, Fn))
+        return E;
+    } else if (auto *IS = dyn_cast<InstStmt>(S.get())) {
+      auto R = Fn(IS->I);
+      if (!R)
+        return R.takeError();
+      if (*R) {
+        for (auto &N : **R)
+          Out.push_back(std::move(N));
+        continue;
+      }
+    }
+    Out.push_back(std::move(S));
+  }
+  Body = std::move(Out);
+  return Error::success();
+}
+
+/// Inserts \p Code at the top of \p F's body, after its leading declarations.
+void insertAtTop(Function &F, StmtList Code) {
+  StmtList &Body = F.Body->Body;
+  auto It = find_if(Body, [](const std::unique_ptr<Stmt> &S) {
+    return !isa<DeclStmt>(S.get()) && !isa<DirectiveStmt>(S.get());
+  });
+  Body.insert(It, std::make_move_iterator(Code.begin()),
+              std::make_move_iterator(Code.end()));
+}
+
+void append(StmtList &Body, StmtList Code) {
+  for (auto &S : Code)
+    Body.push_back(std::move(S));
+}
+
+/// A special register read in an instruction: base (`%ctaid`) and
+/// component (`x`).
+struct SregUse {
+  StringRef Base;
+  char Comp;
+  bool operator==(const SregUse &O) const { return Base == O.Base && Comp == O.Comp; }
+};
+
+/// Replaces `%ctaid.c` / `%nctaid.c` tokens in \p I by `%__tly_ctaid_c` /
+/// `%__tly_nctaid_c` and returns the reads, each once.
+SmallVector<SregUse, 2> replaceGridSregs(Module &M, Instruction &I) {
+  SmallVector<SregUse, 2> Uses;
+  std::function<void(Operand &)> Visit = [&](Operand &O) {
+    for (size_t T = 0; T + 1 < O.Toks.size(); ++T) {
+      Token &Reg = O.Toks[T];
+      const Token &Comp = O.Toks[T + 1];
+      if (!Reg.is(TokKind::Ident) || (Reg.Text != "%ctaid" && Reg.Text != "%nctaid"))
+        continue;
+      if (!Comp.is(TokKind::DotWord) || Comp.SpaceBefore || Comp.Text.size() != 2 ||
+          !StringRef("xyz").contains(Comp.Text[1]))
+        continue;
+      SregUse U{Reg.Text, Comp.Text[1]};
+      if (!is_contained(Uses, U))
+        Uses.push_back(U);
+      Reg.Text = M.save(("%__tly_" + Reg.Text.drop_front() + "_" + Twine(U.Comp)).str());
+      O.Toks.erase(O.Toks.begin() + T + 1);
+    }
+    for (Operand &E : O.Elems)
+      Visit(E);
+  };
+  for (Operand &O : I.Ops)
+    Visit(O);
+  return Uses;
+}
+
+/// Rewrites the grid special registers of \p F; \p Load gives the code that
+/// loads one into its `%__tly_*` register before the instruction.
+Error rewriteGridSregs(Module &M, Function &F, RewriteStats &Stats,
+                       const std::function<std::string(SregUse)> &Load) {
+  return rewriteInsts(F.Body->Body, [&](Instruction &I) -> Expected<std::optional<StmtList>> {
+    Instruction Copy = I;
+    auto Uses = replaceGridSregs(M, Copy);
+    if (Uses.empty())
+      return std::nullopt;
+    Stats.SregReads += Uses.size();
+    std::string Text;
+    for (const SregUse &U : Uses)
+      Text += Load(U);
+    auto Pre = code(M, Text);
+    if (!Pre)
+      return Pre.takeError();
+    Pre->push_back(std::make_unique<InstStmt>(std::move(Copy)));
+    return std::optional<StmtList>(std::move(*Pre));
+  });
+}
+
+const char *GridSregDecls =
+    ".reg .b32 %__tly_ctaid_x, %__tly_ctaid_y, %__tly_ctaid_z;\n"
+    ".reg .b32 %__tly_nctaid_x, %__tly_nctaid_y, %__tly_nctaid_z;\n";
+
+/// Appends parameters to \p F and records them (offsets follow the original
+/// parameters with natural alignment).
+Error addParams(Module &M, Function &F, uint64_t OrigBytes,
+                ArrayRef<std::pair<const char *, const char *>> NameRole,
+                ArrayRef<const char *> Types, VariantRecord &V) {
+  uint64_t Off = OrigBytes;
+  for (size_t I = 0; I < NameRole.size(); ++I) {
+    StringRef Ty = Types[I];
+    uint64_t Size = Ty == "u64" ? 8 : 4;
+    Off = alignTo(Off, Size);
+    auto P = parseParamDecl(M, formatv(".param .{0} {1}", Ty, NameRole[I].first).str());
+    if (!P)
+      return internalError(toString(P.takeError()));
+    F.Params.push_back(std::move(*P));
+    V.ExtraParams.push_back({NameRole[I].first, Ty.str(), Off, Size, NameRole[I].second});
+    Off += Size;
+  }
+  F.HasParamList = true;
+  V.OriginalParamBytes = OrigBytes;
+  V.ParamBytes = Off;
+  return Error::success();
+}
+
+/// Clones \p K as a new entry named after it and inserts it after \p K.
+Function &addClone(Module &M, const Function &K, StringRef Kind) {
+  std::unique_ptr<Function> C = cloneFunction(K);
+  C->Name = M.save(getVariantName(K.Name, Kind));
+  Function *Raw = C.get();
+  auto It = find_if(M.Items, [&](const TopItem &I) {
+    return I.getKind() == TopItem::Kind::Function && I.Func.get() == &K;
+  });
+  M.Items.insert(It == M.Items.end() ? It : std::next(It), TopItem(std::move(C)));
+  return *Raw;
+}
+
+uint64_t paramBytes(const Function &F) {
+  uint64_t Off = 0;
+  for (const VarDecl &P : F.Params) {
+    if (P.Decls.empty())
+      continue;
+    unsigned Size = getTypeSize(P.getType());
+    uint64_t N = Size;
+    for (const TokenList &Dim : P.Decls.front().Dims) {
+      uint64_t D = 0;
+      if (Dim.size() == 1 && !Dim[0].Text.getAsInteger(0, D))
+        N *= D;
+    }
+    unsigned Align = P.getAlign() ? P.getAlign() : std::max(1u, Size);
+    Off = alignTo(Off, Align) + N;
+  }
+  return Off;
+}
+
+//===----------------------------------------------------------------------===//
+// Unified synchronisation
+//===----------------------------------------------------------------------===//
+
+const char *SyncDecls = ".reg .b32 %__tly_n, %__tly_c;\n"
+                        ".reg .pred %__tly_dead, %__tly_more;\n";
+
+/// Whether the kernel has asynchronous copies a thread must wait for before
+/// it gives up its block (their shared memory is reused by the next
+/// logical block).
+struct AsyncCopies {
+  bool Bulk = false;  ///< cp.async.bulk / cp.reduce.async.bulk out of shared
+  bool Ampere = false; ///< cp.async (into shared)
+};
+
+AsyncCopies findAsyncCopies(Function &F) {
+  AsyncCopies A;
+  walkStmts(F.Body->Body, [&](Stmt &S) {
+    auto *IS = dyn_cast<InstStmt>(&S);
+    if (!IS)
+      return;
+    StringRef Op = IS->I.Opcode;
+    if ((Op.starts_with("cp.async.bulk") || Op.starts_with("cp.reduce.async.bulk")) &&
+        Op.contains(".global.shared"))
+      A.Bulk = true;
+    else if (Op.starts_with("cp.async.ca") || Op.starts_with("cp.async.cg"))
+      A.Ampere = true;
+  });
+  return A;
+}
+
+/// Rewrites returns and barriers of \p F's body (see Variants.h).
+Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
+                       RewriteStats &Stats) {
+  AsyncCopies Async = findAsyncCopies(F);
+  unsigned K = L.BarrierId;
+  return rewriteInsts(F.Body->Body, [&](Instruction &I) -> Expected<std::optional<StmtList>> {
+    std::string G = guardText(I);
+    StringRef Base = I.getBaseOpcode();
+    std::string Text;
+    if (Base == "ret" || Base == "exit") {
+      ++Stats.Returns;
+      if (Async.Bulk)
+        Text += G + "cp.async.bulk.wait_group.read 0;\n";
+      if (Async.Ampere)
+        Text += G + "cp.async.wait_all;\n";
+      Text += G + "bra $__tly_rendezvous;\n";
+      return code(M, Text);
+    }
+    if (Base != "bar" && Base != "barrier")
+      return std::nullopt;
+    if (I.hasModifier(".warp") || I.hasModifier(".cluster"))
+      return std::nullopt;
+    bool IsRed = I.hasModifier(".red");
+    bool IsArrive = I.hasModifier(".arrive");
+    size_t N = I.Ops.size();
+    bool Counted = IsArrive || (IsRed ? N >= 4 : N >= 2);
+    if (Counted) {
+      ++Stats.KeptBarriers;
+      return std::nullopt;
+    }
+    // First instance: the number of live threads; second (kernels with
+    // reductions): the reduction's own count.
+    Text += formatv("{0}barrier.red.popc.u32 %__tly_n, {1}, !%__tly_dead;\n", G, K).str();
+    if (!IsRed) {
+      ++Stats.Barriers;
+      if (L.HasReductionBarriers)
+        Text += formatv("{0}barrier.red.popc.u32 %__tly_c, {1}, %__tly_dead;\n", G, K).str();
+      return code(M, Text);
+    }
+    ++Stats.Reductions;
+    if (N != 3)
+      return internalError("unexpected operands of " + I.Opcode);
+    std::string Dst = operandText(I.Ops[0]);
+    std::string In = operandText(I.Ops[2]);
+    Text += formatv("{0}barrier.red.popc.u32 %__tly_c, {1}, {2};\n", G, K, In).str();
+    if (I.hasModifier(".popc"))
+      Text += formatv("{0}mov.u32 {1}, %__tly_c;\n", G, Dst).str();
+    else if (I.hasModifier(".or"))
+      Text += formatv("{0}setp.ne.u32 {1}, %__tly_c, 0;\n", G, Dst).str();
+    else if (I.hasModifier(".and"))
+      Text += formatv("{0}setp.eq.u32 {1}, %__tly_c, %__tly_n;\n", G, Dst).str();
+    else
+      return internalError("unknown barrier reduction " + I.Opcode);
+    return code(M, Text);
+  });
+}
+
+/// The loop where threads that left the body keep joining barriers until
+/// no thread is live; then control goes to `$__tly_done`.
+std::string rendezvousText(const Legality &L) {
+  std::string T = formatv("$__tly_rendezvous:\n"
+                          "barrier.red.popc.u32 %__tly_n, {0}, %__tly_dead;\n"
+                          "setp.ne.u32 %__tly_more, %__tly_n, 0;\n"
+                          "@!%__tly_more bra $__tly_done;\n",
+                          L.BarrierId)
+                      .str();
+  if (L.HasReductionBarriers)
+    T += formatv("barrier.red.popc.u32 %__tly_c, {0}, %__tly_dead;\n", L.BarrierId).str();
+  T += "bra $__tly_rendezvous;\n";
+  return T;
+}
+
+} // namespace
+
+Error unifySync(Module &M, Function &F, const Legality &L, RewriteStats &Stats) {
+  if (!F.Body)
+    return internalError("unify-sync on a declaration");
+  if (Error E = rewriteSyncSites(M, F, L, Stats))
+    return E;
+  auto Top = code(M, std::string(SyncDecls) +
+                         ".reg .b32 %__tly_t0;\n"
+                         "mov.u32 %__tly_t0, 0;\n"
+                         "setp.ne.u32 %__tly_dead, %__tly_t0, 0;\n");
+  if (!Top)
+    return Top.takeError();
+  insertAtTop(F, std::move(*Top));
+  auto End = code(M, rendezvousText(L) + "$__tly_done:\nret;\n");
+  if (!End)
+    return End.takeError();
+  append(F.Body->Body, std::move(*End));
+  return Error::success();
+}
+
+Expected<VariantRecord> addSliceVariant(Module &M, const Function &K,
+                                        const Legality &L, RewriteStats &Stats) {
+  if (!L.SliceOK)
+    return internalError("slice of a kernel that cannot be sliced");
+  VariantRecord V;
+  V.Kind = "slice";
+  uint64_t Orig = paramBytes(K);
+  Function &F = addClone(M, K, "slice");
+  V.Name = F.Name.str();
+  if (Error E = addParams(M, F, Orig,
+                          {{"__tly_slice_offset", "slice_offset"},
+                           {"__tly_grid_x", "grid_x"},
+                           {"__tly_grid_y", "grid_y"},
+                           {"__tly_grid_z", "grid_z"}},
+                          {"u32", "u32", "u32", "u32"}, V))
+    return std::move(E);
+
+  auto Load = [](SregUse U) -> std::string {
+    if (U.Base == "%nctaid")
+      return formatv("ld.param.u32 %__tly_nctaid_{0}, [__tly_grid_{0}];\n", U.Comp).str();
+    // The block's linear index in the original grid, then its coordinates.
+    std::string T = "ld.param.u32 %__tly_s0, [__tly_slice_offset];\n"
+                    "mov.u32 %__tly_s1, %ctaid.x;\n"
+                    "add.u32 %__tly_s0, %__tly_s0, %__tly_s1;\n"
+                    "ld.param.u32 %__tly_s1, [__tly_grid_x];\n";
+    if (U.Comp == 'x')
+      return T + "rem.u32 %__tly_ctaid_x, %__tly_s0, %__tly_s1;\n";
+    T += "div.u32 %__tly_s0, %__tly_s0, %__tly_s1;\n"
+         "ld.param.u32 %__tly_s1, [__tly_grid_y];\n";
+    if (U.Comp == 'y')
+      return T + "rem.u32 %__tly_ctaid_y, %__tly_s0, %__tly_s1;\n";
+    return T + "div.u32 %__tly_ctaid_z, %__tly_s0, %__tly_s1;\n";
+  };
+  if (Error E = rewriteGridSregs(M, F, Stats, Load))
+    return std::move(E);
+  auto Decls = code(M, std::string(GridSregDecls) + ".reg .b32 %__tly_s0, %__tly_s1;\n");
+  if (!Decls)
+    return Decls.takeError();
+  insertAtTop(F, std::move(*Decls));
+  return std::move(V);
+}
+
+Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
+                                      const Legality &L, RewriteStats &Stats) {
+  if (!L.PtbOK)
+    return internalError("PTB form of a kernel that cannot take it");
+  VariantRecord V;
+  V.Kind = "ptb";
+  V.BarrierId = L.BarrierId;
+  uint64_t Orig = paramBytes(K);
+  Function &F = addClone(M, K, "ptb");
+  V.Name = F.Name.str();
+  if (Error E = addParams(M, F, Orig,
+                          {{"__tly_ctrl", "control"},
+                           {"__tly_grid_x", "grid_x"},
+                           {"__tly_grid_y", "grid_y"},
+                           {"__tly_grid_z", "grid_z"}},
+                          {"u64", "u32", "u32", "u32"}, V))
+    return std::move(E);
+
+  // Slot layout in shared memory: [0] claimed index or -1 (leave), [1..3]
+  // the block's x, y, z (only those the kernel reads are decoded).
+  bool Reads[3] = {false, false, false};
+  auto Load = [&](SregUse U) -> std::string {
+    if (U.Base == "%nctaid")
+      return formatv("ld.param.u32 %__tly_nctaid_{0}, [__tly_grid_{0}];\n", U.Comp).str();
+    Reads[U.Comp - 'x'] = true;
+    unsigned Off = 4 * (1 + (U.Comp - 'x'));
+    return formatv("ld.shared.u32 %__tly_ctaid_{0}, [__tly_slot+{1}];\n", U.Comp, Off).str();
+  };
+  if (Error E = rewriteGridSregs(M, F, Stats, Load))
+    return std::move(E);
+  if (Error E = rewriteSyncSites(M, F, L, Stats))
+    return std::move(E);
+
+  // Decoding keeps few values live: the claimed index, then one divisor at
+  // a time.
+  std::string Decode;
+  if (Reads[0] || Reads[1] || Reads[2])
+    Decode += "ld.param.u32 %__tly_t1, [__tly_grid_x];\n";
+  if (Reads[0])
+    Decode += "rem.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
+              "st.shared.u32 [__tly_slot+4], %__tly_t2;\n";
+  if (Reads[1] || Reads[2])
+    Decode += "div.u32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
+              "ld.param.u32 %__tly_t1, [__tly_grid_y];\n";
+  if (Reads[1])
+    Decode += "rem.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
+              "st.shared.u32 [__tly_slot+8], %__tly_t2;\n";
+  if (Reads[2])
+    Decode += "div.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
+              "st.shared.u32 [__tly_slot+12], %__tly_t2;\n";
+
+  unsigned B = L.BarrierId;
+  std::string Top = std::string(GridSregDecls) + SyncDecls +
+                    ".reg .b32 %__tly_t<4>;\n"
+                    ".reg .b64 %__tly_ctrl;\n"
+                    ".reg .pred %__tly_lead, %__tly_p0;\n"
+                    ".shared .align 16 .b32 __tly_slot[4];\n"
+                    // Thread 0 of the block leads.
+                    "mov.u32 %__tly_t0, %tid.x;\n"
+                    "mov.u32 %__tly_t1, %tid.y;\n"
+                    "or.b32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
+                    "mov.u32 %__tly_t1, %tid.z;\n"
+                    "or.b32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
+                    "setp.eq.u32 %__tly_lead, %__tly_t0, 0;\n"
+                    "setp.ne.u32 %__tly_dead, %__tly_t0, %__tly_t0;\n"
+                    // Claim: leave when preempted or when no block is left.
+                    "$__tly_claim:\n"
+                    "@!%__tly_lead bra $__tly_wait;\n"
+                    "mov.u32 %__tly_t3, -1;\n"
+                    "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
+                    "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
+                    "ld.volatile.global.u32 %__tly_t0, [%__tly_ctrl+4];\n"
+                    "setp.ne.u32 %__tly_p0, %__tly_t0, 0;\n"
+                    "@%__tly_p0 bra $__tly_publish;\n"
+                    "atom.global.add.u32 %__tly_t0, [%__tly_ctrl], 1;\n"
+                    "ld.param.u32 %__tly_t1, [__tly_grid_x];\n"
+                    "ld.param.u32 %__tly_t2, [__tly_grid_y];\n"
+                    "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t2;\n"
+                    "ld.param.u32 %__tly_t2, [__tly_grid_z];\n"
+                    "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t2;\n"
+                    "setp.ge.u32 %__tly_p0, %__tly_t0, %__tly_t1;\n"
+                    "@%__tly_p0 bra $__tly_publish;\n"
+                    "mov.u32 %__tly_t3, %__tly_t0;\n" +
+                    Decode +
+                    "$__tly_publish:\n"
+                    "st.shared.u32 [__tly_slot], %__tly_t3;\n"
+                    "$__tly_wait:\n" +
+                    formatv("barrier.sync {0};\n", B).str() +
+                    "ld.shared.u32 %__tly_t0, [__tly_slot];\n"
+                    "setp.eq.u32 %__tly_p0, %__tly_t0, -1;\n"
+                    "@%__tly_p0 bra $__tly_exit;\n";
+  auto TopCode = code(M, Top);
+  if (!TopCode)
+    return TopCode.takeError();
+  insertAtTop(F, std::move(*TopCode));
+
+  // After the body: all threads meet, the leader counts the finished block
+  // (after a fence, so the block's writes are visible first) and claims the
+  // next one.
+  auto End = code(M, rendezvousText(L) +
+                         "$__tly_done:\n"
+                         "@!%__tly_lead bra $__tly_claim;\n"
+                         "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
+                         "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
+                         "membar.gl;\n"
+                         "red.global.add.u32 [%__tly_ctrl+8], 1;\n"
+                         "bra $__tly_claim;\n"
+                         "$__tly_exit:\n"
+                         "ret;\n");
+  if (!End)
+    return End.takeError();
+  append(F.Body->Body, std::move(*End));
+  return std::move(V);
+}
+
+} // namespace tally
