@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(
-  cmake ninja-build g++ python3
+  cmake ninja-build g++ python3 python3-yaml
   llvm-22-dev llvm-22-tools
   libcli11-dev libyaml-cpp-dev libzstd-dev liblz4-dev
   libgtest-dev libbenchmark-dev

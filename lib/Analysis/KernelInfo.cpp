@@ -44,6 +44,20 @@ static uint64_t getDeclSize(const VarDecl &D, const Declarator &X) {
   return Size;
 }
 
+/// The alignment a parameter declares for itself. In
+/// `.param .u64 .ptr .global .align 16 p` the `.align` after `.ptr` is that
+/// of the memory p points to; p itself is aligned like its type.
+static unsigned getParamAlign(const VarDecl &P) {
+  for (size_t I = 0; I + 1 < P.Attrs.size(); ++I) {
+    if (P.Attrs[I].isDot(".ptr"))
+      break;
+    unsigned V = 0;
+    if (P.Attrs[I].isDot(".align") && !P.Attrs[I + 1].Text.getAsInteger(0, V))
+      return V;
+  }
+  return 0;
+}
+
 static BarrierScope classifyBarrier(const Instruction &I, bool &IsBarrier) {
   StringRef Base = I.getBaseOpcode();
   IsBarrier = Base == "bar" || Base == "barrier";
@@ -80,7 +94,8 @@ analyzeFunction(Function &F, const StringSet<> &ModuleSymbols) {
     PI.Name = P.Decls.front().Name;
     PI.Type = P.getType();
     PI.Size = getDeclSize(P, P.Decls.front());
-    PI.Align = P.getAlign() ? P.getAlign() : std::max(1u, getTypeSize(PI.Type));
+    unsigned Align = getParamAlign(P);
+    PI.Align = Align ? Align : std::max(1u, getTypeSize(PI.Type));
     Offset = alignTo(Offset, PI.Align);
     PI.Offset = Offset;
     Offset += PI.Size;

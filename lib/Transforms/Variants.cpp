@@ -245,16 +245,44 @@ AsyncCopies findAsyncCopies(Function &F) {
   return A;
 }
 
-/// Rewrites returns and barriers of \p F's body (see Variants.h).
+/// Name of the clone of callee \p Name whose barriers use barrier \p Id.
+std::string syncCloneName(StringRef Name, unsigned Id) {
+  return (Name + "__tly_sync" + Twine(Id)).str();
+}
+
+/// Points a call at the barrier-aware clone of its callee, if it has one.
+bool redirectCall(Module &M, Instruction &I, const Legality &L) {
+  for (Operand &O : I.Ops) {
+    if (O.K == Operand::Kind::Paren)
+      continue;
+    auto Sym = O.getSymbol();
+    if (!Sym || !is_contained(L.SyncCallees, Sym->str()))
+      return false;
+    O.Toks[0].Text = M.save(syncCloneName(*Sym, L.BarrierId));
+    return true;
+  }
+  return false;
+}
+
+/// Rewrites returns and barriers of \p F's body (see Variants.h). In a
+/// callee (\p InCallee) returns stay: they return to the caller.
 Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
-                       RewriteStats &Stats) {
+                       RewriteStats &Stats, bool InCallee) {
   AsyncCopies Async = findAsyncCopies(F);
   unsigned K = L.BarrierId;
   return rewriteInsts(F.Body->Body, [&](Instruction &I) -> Expected<std::optional<StmtList>> {
     std::string G = guardText(I);
     StringRef Base = I.getBaseOpcode();
     std::string Text;
-    if (Base == "ret" || Base == "exit") {
+    if (Base == "call") {
+      Instruction Copy = I;
+      if (!redirectCall(M, Copy, L))
+        return std::nullopt;
+      StmtList Out;
+      Out.push_back(std::make_unique<InstStmt>(std::move(Copy)));
+      return std::optional<StmtList>(std::move(Out));
+    }
+    if ((Base == "ret" || Base == "exit") && !InCallee) {
       ++Stats.Returns;
       if (Async.Bulk)
         Text += G + "cp.async.bulk.wait_group.read 0;\n";
@@ -276,7 +304,9 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
       return std::nullopt;
     }
     // First instance: the number of live threads; second (kernels with
-    // reductions): the reduction's own count.
+    // reductions): the reduction's own count. %__tly_dead is a constant
+    // false, set where it is used so it is never live across the body.
+    Text += "setp.ne.u32 %__tly_dead, 0, 0;\n";
     Text += formatv("{0}barrier.red.popc.u32 %__tly_n, {1}, !%__tly_dead;\n", G, K).str();
     if (!IsRed) {
       ++Stats.Barriers;
@@ -306,6 +336,7 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
 /// no thread is live; then control goes to `$__tly_done`.
 std::string rendezvousText(const Legality &L) {
   std::string T = formatv("$__tly_rendezvous:\n"
+                          "setp.ne.u32 %__tly_dead, 0, 0;\n"
                           "barrier.red.popc.u32 %__tly_n, {0}, %__tly_dead;\n"
                           "setp.ne.u32 %__tly_more, %__tly_n, 0;\n"
                           "@!%__tly_more bra $__tly_done;\n",
@@ -317,17 +348,54 @@ std::string rendezvousText(const Legality &L) {
   return T;
 }
 
+/// Clones the callees listed in L.SyncCallees (once per barrier id) with
+/// their barriers rewritten and their calls redirected. The clones are
+/// declared at the top of the module, after the module directives, so every
+/// caller sees them, and defined after their originals.
+Error addSyncClones(Module &M, const Legality &L, RewriteStats &Stats) {
+  for (const std::string &Name : L.SyncCallees) {
+    std::string CloneName = syncCloneName(Name, L.BarrierId);
+    if (M.getFunction(CloneName))
+      continue;
+    Function *Orig = M.getFunction(Name);
+    if (!Orig || Orig->isDeclaration())
+      return internalError("callee " + Name + " has no body");
+    std::unique_ptr<Function> C = cloneFunction(*Orig);
+    C->Name = M.save(CloneName);
+    C->Linkage.clear();
+    if (Error E = rewriteSyncSites(M, *C, L, Stats, /*InCallee=*/true))
+      return E;
+    auto Decls = code(M, SyncDecls);
+    if (!Decls)
+      return Decls.takeError();
+    insertAtTop(*C, std::move(*Decls));
+    std::unique_ptr<Function> Proto = cloneFunction(*C);
+    Proto->Body.reset();
+    Proto->Directives.clear();
+    auto After = find_if(M.Items, [&](const TopItem &I) {
+      return I.getKind() == TopItem::Kind::Function && I.Func.get() == Orig;
+    });
+    M.Items.insert(std::next(After), TopItem(std::move(C)));
+    auto Top = find_if(M.Items, [](const TopItem &I) {
+      return I.getKind() != TopItem::Kind::Directive ||
+             (I.Dir.Name != ".version" && I.Dir.Name != ".target" &&
+              I.Dir.Name != ".address_size");
+    });
+    M.Items.insert(Top, TopItem(std::move(Proto)));
+  }
+  return Error::success();
+}
+
 } // namespace
 
 Error unifySync(Module &M, Function &F, const Legality &L, RewriteStats &Stats) {
   if (!F.Body)
     return internalError("unify-sync on a declaration");
-  if (Error E = rewriteSyncSites(M, F, L, Stats))
+  if (Error E = addSyncClones(M, L, Stats))
     return E;
-  auto Top = code(M, std::string(SyncDecls) +
-                         ".reg .b32 %__tly_t0;\n"
-                         "mov.u32 %__tly_t0, 0;\n"
-                         "setp.ne.u32 %__tly_dead, %__tly_t0, 0;\n");
+  if (Error E = rewriteSyncSites(M, F, L, Stats, /*InCallee=*/false))
+    return E;
+  auto Top = code(M, SyncDecls);
   if (!Top)
     return Top.takeError();
   insertAtTop(F, std::move(*Top));
@@ -410,7 +478,9 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   };
   if (Error E = rewriteGridSregs(M, F, Stats, Load))
     return std::move(E);
-  if (Error E = rewriteSyncSites(M, F, L, Stats))
+  if (Error E = addSyncClones(M, L, Stats))
+    return std::move(E);
+  if (Error E = rewriteSyncSites(M, F, L, Stats, /*InCallee=*/false))
     return std::move(E);
 
   // Decoding keeps few values live: the claimed index, then one divisor at
@@ -431,22 +501,23 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
     Decode += "div.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
               "st.shared.u32 [__tly_slot+12], %__tly_t2;\n";
 
+  // Thread 0 leads; computed where needed so nothing stays live across the
+  // body.
+  const char *LeaderText = "mov.u32 %__tly_t0, %tid.x;\n"
+                           "mov.u32 %__tly_t1, %tid.y;\n"
+                           "or.b32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
+                           "mov.u32 %__tly_t1, %tid.z;\n"
+                           "or.b32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
+                           "setp.eq.u32 %__tly_lead, %__tly_t0, 0;\n";
   unsigned B = L.BarrierId;
   std::string Top = std::string(GridSregDecls) + SyncDecls +
                     ".reg .b32 %__tly_t<4>;\n"
                     ".reg .b64 %__tly_ctrl;\n"
                     ".reg .pred %__tly_lead, %__tly_p0;\n"
                     ".shared .align 16 .b32 __tly_slot[4];\n"
-                    // Thread 0 of the block leads.
-                    "mov.u32 %__tly_t0, %tid.x;\n"
-                    "mov.u32 %__tly_t1, %tid.y;\n"
-                    "or.b32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
-                    "mov.u32 %__tly_t1, %tid.z;\n"
-                    "or.b32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
-                    "setp.eq.u32 %__tly_lead, %__tly_t0, 0;\n"
-                    "setp.ne.u32 %__tly_dead, %__tly_t0, %__tly_t0;\n"
-                    // Claim: leave when preempted or when no block is left.
-                    "$__tly_claim:\n"
+                    // Claim: thread 0 of the block leaves when preempted or
+                    // when no block is left.
+                    "$__tly_claim:\n" + LeaderText +
                     "@!%__tly_lead bra $__tly_wait;\n"
                     "mov.u32 %__tly_t3, -1;\n"
                     "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
@@ -480,7 +551,7 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   // (after a fence, so the block's writes are visible first) and claims the
   // next one.
   auto End = code(M, rendezvousText(L) +
-                         "$__tly_done:\n"
+                         "$__tly_done:\n" + LeaderText +
                          "@!%__tly_lead bra $__tly_claim;\n"
                          "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
                          "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
