@@ -10,6 +10,7 @@
 #include "tally/PTX/Parser.h"
 #include "tally/PTX/Printer.h"
 #include "tally/Passes/Pass.h"
+#include "tally/Target/Ptxas.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/FileSystem.h"
@@ -33,6 +34,10 @@ struct Options {
   std::string Output;
   std::string Passes = DefaultPipeline;
   std::string MetadataFile;
+  std::string Ptxas;
+  std::string Arch;
+  unsigned RegisterSlack = 4;
+  bool NoPtxas = false;
   bool ListPasses = false;
   bool Stats = false;
 };
@@ -87,6 +92,32 @@ Error runTool(const Options &O) {
     return E;
 
   Ctx.Meta.finalize();
+
+  // Variants are compiled once here: ptxas checks them, reports their
+  // resources, and the register budget keeps them near their originals.
+  bool HasVariants = any_of(Ctx.Meta.Kernels, [](const KernelRecord &K) {
+    return !K.Variants.empty();
+  });
+  if (HasVariants && !O.NoPtxas) {
+    auto Ptxas = findPtxas(O.Ptxas);
+    if (!Ptxas) {
+      if (!O.Ptxas.empty())
+        return Ptxas.takeError();
+      WithColor::warning(errs(), "tally-opt")
+          << toString(Ptxas.takeError())
+          << "; variants are not compiled and no resources are recorded\n";
+    } else {
+      BudgetOptions B;
+      B.Ptxas = *Ptxas;
+      B.Arch = O.Arch.empty() ? (*M)->getTarget().str() : O.Arch;
+      B.Slack = O.RegisterSlack;
+      if (B.Arch.empty())
+        return fileError(O.Input, "no .target in the module; pass --arch");
+      if (Error E = applyRegisterBudget(**M, Ctx.Meta, B))
+        return E;
+    }
+  }
+
   std::string Text;
   raw_string_ostream TextOS(Text);
   if (!Output.empty())
@@ -145,6 +176,19 @@ int main(int argc, char **argv) {
   App.add_option("--metadata", O.MetadataFile,
                  "write what the transformations did to each kernel, as YAML "
                  "(docs/metadata.md)");
+  App.add_option("--arch", O.Arch,
+                 "architecture to compile variants for with ptxas (default: "
+                 "the module's .target, e.g. sm_90a)");
+  App.add_option("--ptxas", O.Ptxas,
+                 "the ptxas to use (default: on PATH, else /usr/local/cuda/bin)");
+  App.add_flag("--no-ptxas", O.NoPtxas,
+               "do not compile variants (no resources in the metadata, no "
+               "register budget)");
+  App.add_option("--register-slack", O.RegisterSlack,
+                 "registers a variant may use beyond its original (rounded "
+                 "up to the allocation unit of 8) before tally-opt caps it "
+                 "with .maxnreg; caps that cause spills are dropped")
+      ->default_val(4);
   App.add_flag("--list-passes", O.ListPasses, "list the registered passes and exit");
   App.add_flag("--stats", O.Stats, "print pass statistics to stderr");
   App.set_version_flag("--version", "tally-opt 0.1.0");
