@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# gpu.sh - one round on the GPU machine (after scripts/prepare-device.sh
+# here): the correctness suite (original vs sliced vs preempted PTB, bit
+# for bit), compute-sanitizer (memcheck, racecheck, synccheck) on every
+# variant, and the benchmarks (variant run time, preemption latency).
+# Logs go to $OUT (or ./gpu-out); a short table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+D=.carry
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+T="$D/tally-gpu-test --cubin $D/suite.tally.cubin --metadata $D/suite.yaml"
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nvcc --version 2>/dev/null | tail -1
+} | tee "$OUT/device.txt"
+missing=$(ldd $D/tally-gpu-test | grep "not found")
+[[ -n $missing ]] && { echo "missing libraries: $missing"; exit 1; }
+
+echo "== correctness"
+$T 2>&1 | tee "$OUT/correctness.txt"
+corr=${PIPESTATUS[0]}
+
+declare -A san
+for tool in memcheck racecheck synccheck; do
+  echo "== compute-sanitizer --tool $tool"
+  compute-sanitizer --tool $tool --error-exitcode 9 $T --quick --timeout 300 \
+    >"$OUT/sanitizer-$tool.txt" 2>&1
+  san[$tool]=$?
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|kernels with mismatches" "$OUT/sanitizer-$tool.txt" | tail -3
+done
+
+echo "== benchmarks"
+$T --bench 2>&1 | tee "$OUT/bench.txt"
+bench=${PIPESTATUS[0]}
+
+echo
+echo "| check | result |"
+echo "| --- | --- |"
+echo "| correctness (exit $corr) | $(tail -1 "$OUT/correctness.txt") |"
+for tool in memcheck racecheck synccheck; do
+  echo "| compute-sanitizer $tool (exit ${san[$tool]}) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.txt" | tail -1) |"
+done
+echo "| bench (exit $bench) | $(grep -E '^slice/original' "$OUT/bench.txt") |"
+echo "| | $(grep -E '^ptb/original' "$OUT/bench.txt") |"
+grep -E '^preemption latency' "$OUT/bench.txt" | sed 's/^/| | /; s/$/ |/'
+exit $(( corr != 0 || san[memcheck] != 0 || san[racecheck] != 0 || san[synccheck] != 0 ))
