@@ -31,6 +31,10 @@ for tool in memcheck racecheck synccheck; do
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|kernels with mismatches" "$OUT/sanitizer-$tool.txt" | tail -3
 done
 
+echo "== SASS of the barriers in one PTB variant"
+cuobjdump -sass -fun early_return_before_sync__tally_ptb $D/suite.tally.cubin 2>&1 |
+  grep -E "BAR|WARPSYNC|BSSY|BSYNC|VOTE" | head -40 | tee "$OUT/sass-barriers.txt"
+
 echo "== benchmarks"
 $T --bench 2>&1 | tee "$OUT/bench.txt"
 bench=${PIPESTATUS[0]}

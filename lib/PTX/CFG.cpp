@@ -3,8 +3,8 @@
 #include "tally/PTX/CFG.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Casting.h"
 
 #include <functional>

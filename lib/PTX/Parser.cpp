@@ -132,7 +132,7 @@ private:
   Error parseScopeBody(ScopeStmt &Scope, const Token &Open);
   Error parseStatement(StmtList &Body);
   Expected<Instruction> parseInstruction();
-  Expected<Operand> parseOperand(char Closer);
+  Expected<Operand> parseOperand(char Closer, bool ParenLists);
   Error parseGroup(Operand &O, char Closer);
 };
 
@@ -195,8 +195,38 @@ Expected<Directive> Parser::parseLineDirective() {
   const Token &Name = take();
   D.Name = Name.Text;
   D.Loc = Name.getLoc();
-  while (!tok().is(TokKind::Eof) && !tok().NewlineBefore)
+  // These directives usually end their line, but PTX does not require it:
+  // `.loc 1 2 3 mov.u32 %r1, 1;` and `.version 8.7 .target sm_90a` are
+  // valid. So their arguments follow their grammar: a head on the
+  // directive's line (`.loc` file line column, `.file` index and name, one
+  // value for the others), then comma-separated clauses.
+  auto OnLine = [&] {
+    return !tok().is(TokKind::Eof) && !tok().NewlineBefore &&
+           !tok().isPunct(';');
+  };
+  auto Take = [&](unsigned N) {
+    for (unsigned I = 0; I < N && OnLine(); ++I)
+      D.Args.push_back(take());
+  };
+  unsigned Head = D.Name == ".loc" ? 3 : D.Name == ".file" ? 2 : 1;
+  for (unsigned I = 0; I < Head && OnLine() && !tok().is(TokKind::DotWord); ++I)
     D.Args.push_back(take());
+  while (OnLine() && tok().isPunct(',')) {
+    D.Args.push_back(take());
+    if (D.Name != ".loc") {
+      Take(1); // `.target sm_90a, debug`, `.file 1 "a.cu", 0, 0`
+    } else if (tok().isIdent("function_name")) {
+      Take(2); // function_name $L__info_string0 [+ 8]
+      if (OnLine() && tok().isPunct('+'))
+        Take(2);
+    } else if (tok().isIdent("inlined_at")) {
+      Take(4); // inlined_at 1 2 3
+    } else {
+      // A clause this parser does not know: to the next ',' or line end.
+      while (OnLine() && !tok().isPunct(','))
+        D.Args.push_back(take());
+    }
+  }
   if (D.Args.empty() && D.Name != ".target")
     return err(Name, "'" + D.Name + "' needs an argument on the same line");
   return std::move(D);
@@ -531,8 +561,11 @@ Expected<Instruction> Parser::parseInstruction() {
   I.Opcode = StringRef(Begin, End - Begin);
   if (consumePunct(';'))
     return std::move(I);
+  // Only `call` has `( ... )` operand lists; elsewhere a parenthesis starts
+  // a constant expression: `(1+2)*3`.
+  bool ParenLists = Op.Text == "call";
   while (true) {
-    auto O = parseOperand(';');
+    auto O = parseOperand(';', ParenLists);
     if (!O)
       return O.takeError();
     I.Ops.push_back(std::move(*O));
@@ -548,10 +581,13 @@ Expected<Instruction> Parser::parseInstruction() {
   }
 }
 
-Expected<Operand> Parser::parseOperand(char Closer) {
+Expected<Operand> Parser::parseOperand(char Closer, bool ParenLists) {
   Operand O;
   const Token &T = tok();
-  char GroupCloser = T.isPunct('[') ? ']' : T.isPunct('{') ? '}' : T.isPunct('(') ? ')' : 0;
+  char GroupCloser = T.isPunct('[')                 ? ']'
+                     : T.isPunct('{')               ? '}'
+                     : T.isPunct('(') && ParenLists ? ')'
+                                                    : 0;
   if (GroupCloser) {
     O.K = GroupCloser == ']'   ? Operand::Kind::Address
           : GroupCloser == '}' ? Operand::Kind::Vector
@@ -600,7 +636,7 @@ Error Parser::parseGroup(Operand &O, char Closer) {
   if (consumePunct(Closer))
     return Error::success();
   while (true) {
-    auto E = parseOperand(Closer);
+    auto E = parseOperand(Closer, /*ParenLists=*/false);
     if (!E)
       return E.takeError();
     O.Elems.push_back(std::move(*E));

@@ -120,6 +120,10 @@ Legality checkLegality(const Module &M, const ModuleInfo &MI,
       }
       if (B.Scope != BarrierScope::Block)
         continue;
+      if (!IsKernel && !B.HasThreadCount) {
+        V.rejectPtb("barrier inside non-inlined function " + FI->F->Name.str());
+        continue;
+      }
       if (B.I->hasModifier(".red") && !B.HasThreadCount)
         L.HasReductionBarriers = true;
     }
@@ -170,33 +174,6 @@ Legality checkLegality(const Module &M, const ModuleInfo &MI,
     V.rejectPtb("all 16 hardware barriers are in use");
   else
     L.BarrierId = Free;
-
-  // Callees whose full-block barriers the PTB variant must see: those with
-  // such barriers and those that call them. They are cloned with the
-  // barriers rewritten. Listed callees first.
-  auto HasFullBarrier = [](const FunctionInfo *FI) {
-    return any_of(FI->Barriers, [](const BarrierSite &B) {
-      return B.Scope == BarrierScope::Block && !B.HasThreadCount;
-    });
-  };
-  std::vector<const FunctionInfo *> Need;
-  bool Changed = true;
-  while (Changed) {
-    Changed = false;
-    for (const FunctionInfo *FI : K.Callees) {
-      if (is_contained(Need, FI))
-        continue;
-      bool Calls = any_of(FI->Calls, [&](const CallSite &C) {
-        return any_of(Need, [&](const FunctionInfo *N) { return N->F->Name == C.Callee; });
-      });
-      if (HasFullBarrier(FI) || Calls) {
-        Need.push_back(FI);
-        Changed = true;
-      }
-    }
-  }
-  for (const FunctionInfo *FI : Need)
-    L.SyncCallees.push_back(FI->F->Name.str());
 
   uint64_t Extra = 24; // the larger of the two variants' additions
   if (K.Own.ParamBytes + Extra > MaxParamBytes)

@@ -15,6 +15,7 @@
 #include "tally/PTX/Printer.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Casting.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
@@ -218,8 +219,6 @@ uint64_t paramBytes(const Function &F) {
 // Unified synchronisation
 //===----------------------------------------------------------------------===//
 
-const char *SyncDecls = ".reg .b32 %__tly_n, %__tly_c;\n"
-                        ".reg .pred %__tly_dead, %__tly_more;\n";
 
 /// Whether the kernel has asynchronous copies a thread must wait for before
 /// it gives up its block (their shared memory is reused by the next
@@ -245,161 +244,248 @@ AsyncCopies findAsyncCopies(Function &F) {
   return A;
 }
 
-/// Name of the clone of callee \p Name whose barriers use barrier \p Id.
-std::string syncCloneName(StringRef Name, unsigned Id) {
-  return (Name + "__tly_sync" + Twine(Id)).str();
+bool isFullBarrier(const Instruction &I) {
+  StringRef Base = I.getBaseOpcode();
+  if ((Base != "bar" && Base != "barrier") || I.hasModifier(".warp") ||
+      I.hasModifier(".cluster") || I.hasModifier(".arrive"))
+    return false;
+  return I.Ops.size() < (I.hasModifier(".red") ? 4u : 2u);
 }
 
-/// Points a call at the barrier-aware clone of its callee, if it has one.
-bool redirectCall(Module &M, Instruction &I, const Legality &L) {
-  for (Operand &O : I.Ops) {
-    if (O.K == Operand::Kind::Paren)
-      continue;
-    auto Sym = O.getSymbol();
-    if (!Sym || !is_contained(L.SyncCallees, Sym->str()))
-      return false;
-    O.Toks[0].Text = M.save(syncCloneName(*Sym, L.BarrierId));
-    return true;
+bool containsFullBarrier(const StmtList &Body) {
+  bool Found = false;
+  walkStmts(Body, [&](Stmt &S) {
+    if (auto *IS = dyn_cast<InstStmt>(&S))
+      Found |= isFullBarrier(IS->I);
+  });
+  return Found;
+}
+
+/// Renames what a scope declares (registers, register ranges, variables,
+/// labels) so its statements can move into the enclosing scope.
+class ScopeRenamer {
+public:
+  ScopeRenamer(Module &M, unsigned Id) : M(M), Id(Id) {}
+
+  void collect(const StmtList &Body) {
+    for (const auto &S : Body) {
+      if (auto *D = dyn_cast<DeclStmt>(S.get())) {
+        for (const Declarator &X : D->D.Decls) {
+          if (X.Range) {
+            unsigned N = 0;
+            X.Range->getAsInteger(10, N);
+            Ranges.push_back({X.Name, N});
+          } else {
+            Names.insert(X.Name);
+          }
+        }
+      } else if (auto *L = dyn_cast<LabelStmt>(S.get())) {
+        Names.insert(L->Name);
+      }
+    }
   }
-  return false;
+
+  StringRef rename(StringRef T) {
+    bool Hit = Names.contains(T);
+    for (auto &[Base, Count] : Ranges) {
+      if (Hit || !T.starts_with(Base) || T.size() == Base.size())
+        continue;
+      unsigned Idx = 0;
+      if (!T.drop_front(Base.size()).getAsInteger(10, Idx) && Idx < Count)
+        Hit = true;
+    }
+    if (!Hit)
+      return T;
+    StringRef Sigil = (T.starts_with("%") || T.starts_with("$")) ? T.take_front(1) : "";
+    return M.save((Sigil + "__tly_s" + Twine(Id) + "_" + T.drop_front(Sigil.size())).str());
+  }
+
+  void apply(StmtList &Body) {
+    auto Toks = [&](MutableArrayRef<Token> Ts) {
+      for (Token &T : Ts)
+        if (T.is(TokKind::Ident))
+          T.Text = rename(T.Text);
+    };
+    for (auto &S : Body) {
+      if (auto *IS = dyn_cast<InstStmt>(S.get())) {
+        if (IS->I.isGuarded())
+          IS->I.Guard = rename(IS->I.Guard);
+        for (Operand &O : IS->I.Ops)
+          O.forEachToken([&](Token &T) {
+            if (T.is(TokKind::Ident))
+              T.Text = rename(T.Text);
+          });
+      } else if (auto *D = dyn_cast<DeclStmt>(S.get())) {
+        for (Declarator &X : D->D.Decls) {
+          X.Name = rename(X.Name);
+          for (TokenList &Dim : X.Dims)
+            Toks(Dim);
+          Toks(X.Init);
+        }
+      } else if (auto *L = dyn_cast<LabelStmt>(S.get())) {
+        L->Name = rename(L->Name);
+      } else if (auto *Dir = dyn_cast<DirectiveStmt>(S.get())) {
+        Toks(Dir->D.Args);
+      } else if (auto *Sc = dyn_cast<ScopeStmt>(S.get())) {
+        apply(Sc->Body);
+      }
+    }
+  }
+
+private:
+  Module &M;
+  unsigned Id;
+  StringSet<> Names;
+  std::vector<std::pair<StringRef, unsigned>> Ranges;
+};
+
+/// Moves the statements of nested scopes that hold a full-block barrier into
+/// their parent (renaming what they declare), so the barrier's resume label
+/// is visible from the convergence block. nvcc puts __syncthreads_or and
+/// friends in such scopes.
+void flattenBarrierScopes(Module &M, StmtList &Body, unsigned &Counter) {
+  StmtList Out;
+  for (auto &S : Body) {
+    auto *Sc = dyn_cast<ScopeStmt>(S.get());
+    if (!Sc || !containsFullBarrier(Sc->Body)) {
+      Out.push_back(std::move(S));
+      continue;
+    }
+    flattenBarrierScopes(M, Sc->Body, Counter);
+    ScopeRenamer R(M, ++Counter);
+    R.collect(Sc->Body);
+    R.apply(Sc->Body);
+    for (auto &Inner : Sc->Body)
+      Out.push_back(std::move(Inner));
+  }
+  Body = std::move(Out);
 }
 
-/// Rewrites returns and barriers of \p F's body (see Variants.h). In a
-/// callee (\p InCallee) returns stay: they return to the caller.
+/// Rewrites returns and full-block barriers of \p F's body so that every
+/// thread reaches one convergence block (see Variants.h): barrier site i
+/// records i in %__tly_site (returns record 0) and jumps there; the block's
+/// single barrier instruction counts the live threads; live threads go back
+/// to the point after their barrier, returned threads wait for the next
+/// round, and when no thread is live all leave to `$__tly_done`.
+///
+/// One barrier instruction for everything is what makes this correct: a
+/// barrier marks the arrival of warps, so the threads of a warp that is
+/// split between a returned and a live part must arrive at the same
+/// instruction to count once.
 Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
-                       RewriteStats &Stats, bool InCallee) {
+                       RewriteStats &Stats, std::string &ConvText) {
   AsyncCopies Async = findAsyncCopies(F);
   unsigned K = L.BarrierId;
-  return rewriteInsts(F.Body->Body, [&](Instruction &I) -> Expected<std::optional<StmtList>> {
+  unsigned NumSites = 0;
+  unsigned Scopes = 0;
+  flattenBarrierScopes(M, F.Body->Body, Scopes);
+  Error Err = rewriteInsts(F.Body->Body, [&](Instruction &I) -> Expected<std::optional<StmtList>> {
     std::string G = guardText(I);
     StringRef Base = I.getBaseOpcode();
     std::string Text;
-    if (Base == "call") {
-      Instruction Copy = I;
-      if (!redirectCall(M, Copy, L))
-        return std::nullopt;
-      StmtList Out;
-      Out.push_back(std::make_unique<InstStmt>(std::move(Copy)));
-      return std::optional<StmtList>(std::move(Out));
-    }
-    if ((Base == "ret" || Base == "exit") && !InCallee) {
+    if (Base == "ret" || Base == "exit") {
       ++Stats.Returns;
       if (Async.Bulk)
         Text += G + "cp.async.bulk.wait_group.read 0;\n";
       if (Async.Ampere)
         Text += G + "cp.async.wait_all;\n";
-      Text += G + "bra $__tly_rendezvous;\n";
+      Text += G + "mov.u32 %__tly_site, 0;\n";
+      Text += G + "bra $__tly_conv;\n";
       return code(M, Text);
     }
     if (Base != "bar" && Base != "barrier")
       return std::nullopt;
-    if (I.hasModifier(".warp") || I.hasModifier(".cluster"))
-      return std::nullopt;
-    bool IsRed = I.hasModifier(".red");
-    bool IsArrive = I.hasModifier(".arrive");
-    size_t N = I.Ops.size();
-    bool Counted = IsArrive || (IsRed ? N >= 4 : N >= 2);
-    if (Counted) {
-      ++Stats.KeptBarriers;
+    if (!isFullBarrier(I)) {
+      // Warp and cluster barriers, and barriers with a thread count (named
+      // barriers of warp subsets), stay as they are.
+      if (!I.hasModifier(".warp") && !I.hasModifier(".cluster"))
+        ++Stats.KeptBarriers;
       return std::nullopt;
     }
-    // First instance: the number of live threads; second (kernels with
-    // reductions): the reduction's own count. %__tly_dead is a constant
-    // false, set where it is used so it is never live across the body.
-    Text += "setp.ne.u32 %__tly_dead, 0, 0;\n";
-    Text += formatv("{0}barrier.red.popc.u32 %__tly_n, {1}, !%__tly_dead;\n", G, K).str();
+    bool IsRed = I.hasModifier(".red");
+    size_t N = I.Ops.size();
+    unsigned Id = ++NumSites;
+    std::string Resume = formatv("$__tly_resume{0}", Id).str();
+    // A guarded barrier is skipped by the threads whose guard is false.
+    if (I.isGuarded())
+      Text += formatv("@{0}{1} bra {2};\n", I.GuardNegated ? "" : "!", I.Guard, Resume).str();
+    Text += formatv("mov.u32 %__tly_site, {0};\n", Id).str();
     if (!IsRed) {
       ++Stats.Barriers;
       if (L.HasReductionBarriers)
-        Text += formatv("{0}barrier.red.popc.u32 %__tly_c, {1}, %__tly_dead;\n", G, K).str();
+        Text += "setp.ne.u32 %__tly_in, 0, 0;\n";
+      Text += "bra $__tly_conv;\n" + Resume + ":\n";
       return code(M, Text);
     }
     ++Stats.Reductions;
     if (N != 3)
       return internalError("unexpected operands of " + I.Opcode);
     std::string Dst = operandText(I.Ops[0]);
-    std::string In = operandText(I.Ops[2]);
-    Text += formatv("{0}barrier.red.popc.u32 %__tly_c, {1}, {2};\n", G, K, In).str();
+    // The reduction's input predicate, possibly negated (`!%p`).
+    const Operand &In = I.Ops[2];
+    bool Neg = !In.Toks.empty() && In.Toks[0].isPunct('!');
+    std::string Pred = Neg ? operandText(In).substr(1) : operandText(In);
+    Text += formatv("{0}.pred %__tly_in, {1};\n", Neg ? "not" : "mov", Pred).str();
+    Text += "bra $__tly_conv;\n" + Resume + ":\n";
     if (I.hasModifier(".popc"))
-      Text += formatv("{0}mov.u32 {1}, %__tly_c;\n", G, Dst).str();
+      Text += formatv("mov.u32 {0}, %__tly_c;\n", Dst).str();
     else if (I.hasModifier(".or"))
-      Text += formatv("{0}setp.ne.u32 {1}, %__tly_c, 0;\n", G, Dst).str();
+      Text += formatv("setp.ne.u32 {0}, %__tly_c, 0;\n", Dst).str();
     else if (I.hasModifier(".and"))
-      Text += formatv("{0}setp.eq.u32 {1}, %__tly_c, %__tly_n;\n", G, Dst).str();
+      Text += formatv("setp.eq.u32 {0}, %__tly_c, %__tly_n;\n", Dst).str();
     else
       return internalError("unknown barrier reduction " + I.Opcode);
     return code(M, Text);
   });
-}
+  if (Err)
+    return Err;
 
-/// The loop where threads that left the body keep joining barriers until
-/// no thread is live; then control goes to `$__tly_done`.
-std::string rendezvousText(const Legality &L) {
-  std::string T = formatv("$__tly_rendezvous:\n"
-                          "setp.ne.u32 %__tly_dead, 0, 0;\n"
-                          "barrier.red.popc.u32 %__tly_n, {0}, %__tly_dead;\n"
-                          "setp.ne.u32 %__tly_more, %__tly_n, 0;\n"
-                          "@!%__tly_more bra $__tly_done;\n",
-                          L.BarrierId)
-                      .str();
+  // The convergence block. Falling off the end of the body is a return.
+  std::string T = "mov.u32 %__tly_site, 0;\n"
+                  "$__tly_conv:\n"
+                  "setp.ne.u32 %__tly_live, %__tly_site, 0;\n";
+  T += formatv("barrier.red.popc.u32 %__tly_n, {0}, %__tly_live;\n", K).str();
   if (L.HasReductionBarriers)
-    T += formatv("barrier.red.popc.u32 %__tly_c, {0}, %__tly_dead;\n", L.BarrierId).str();
-  T += "bra $__tly_rendezvous;\n";
-  return T;
-}
-
-/// Clones the callees listed in L.SyncCallees (once per barrier id) with
-/// their barriers rewritten and their calls redirected. The clones are
-/// declared at the top of the module, after the module directives, so every
-/// caller sees them, and defined after their originals.
-Error addSyncClones(Module &M, const Legality &L, RewriteStats &Stats) {
-  for (const std::string &Name : L.SyncCallees) {
-    std::string CloneName = syncCloneName(Name, L.BarrierId);
-    if (M.getFunction(CloneName))
-      continue;
-    Function *Orig = M.getFunction(Name);
-    if (!Orig || Orig->isDeclaration())
-      return internalError("callee " + Name + " has no body");
-    std::unique_ptr<Function> C = cloneFunction(*Orig);
-    C->Name = M.save(CloneName);
-    C->Linkage.clear();
-    if (Error E = rewriteSyncSites(M, *C, L, Stats, /*InCallee=*/true))
-      return E;
-    auto Decls = code(M, SyncDecls);
-    if (!Decls)
-      return Decls.takeError();
-    insertAtTop(*C, std::move(*Decls));
-    std::unique_ptr<Function> Proto = cloneFunction(*C);
-    Proto->Body.reset();
-    Proto->Directives.clear();
-    auto After = find_if(M.Items, [&](const TopItem &I) {
-      return I.getKind() == TopItem::Kind::Function && I.Func.get() == Orig;
-    });
-    M.Items.insert(std::next(After), TopItem(std::move(C)));
-    auto Top = find_if(M.Items, [](const TopItem &I) {
-      return I.getKind() != TopItem::Kind::Directive ||
-             (I.Dir.Name != ".version" && I.Dir.Name != ".target" &&
-              I.Dir.Name != ".address_size");
-    });
-    M.Items.insert(Top, TopItem(std::move(Proto)));
+    T += "and.pred %__tly_in, %__tly_in, %__tly_live;\n" +
+         formatv("barrier.red.popc.u32 %__tly_c, {0}, %__tly_in;\n", K).str();
+  T += "setp.eq.u32 %__tly_more, %__tly_n, 0;\n"
+       "@%__tly_more bra $__tly_done;\n"
+       "@!%__tly_live bra $__tly_conv;\n";
+  if (NumSites <= 8) {
+    for (unsigned Id = 1; Id <= NumSites; ++Id)
+      T += formatv("setp.eq.u32 %__tly_more, %__tly_site, {0};\n"
+                   "@%__tly_more bra $__tly_resume{0};\n",
+                   Id)
+               .str();
+  } else {
+    T += "$__tly_targets: .branchtargets ";
+    for (unsigned Id = 1; Id <= NumSites; ++Id)
+      T += formatv("{0}$__tly_resume{1}", Id > 1 ? ", " : "", Id).str();
+    T += ";\nsub.u32 %__tly_site, %__tly_site, 1;\n"
+         "brx.idx %__tly_site, $__tly_targets;\n";
   }
+  if (NumSites)
+    T += "bra $__tly_conv;\n"; // not reached: every live thread has a site
+  ConvText = std::move(T);
   return Error::success();
 }
+
+const char *SyncDeclsText = ".reg .b32 %__tly_n, %__tly_c, %__tly_site;\n"
+                            ".reg .pred %__tly_live, %__tly_in, %__tly_more;\n";
 
 } // namespace
 
 Error unifySync(Module &M, Function &F, const Legality &L, RewriteStats &Stats) {
   if (!F.Body)
     return internalError("unify-sync on a declaration");
-  if (Error E = addSyncClones(M, L, Stats))
+  std::string Conv;
+  if (Error E = rewriteSyncSites(M, F, L, Stats, Conv))
     return E;
-  if (Error E = rewriteSyncSites(M, F, L, Stats, /*InCallee=*/false))
-    return E;
-  auto Top = code(M, SyncDecls);
+  auto Top = code(M, SyncDeclsText);
   if (!Top)
     return Top.takeError();
   insertAtTop(F, std::move(*Top));
-  auto End = code(M, rendezvousText(L) + "$__tly_done:\nret;\n");
+  auto End = code(M, Conv + "$__tly_done:\nret;\n");
   if (!End)
     return End.takeError();
   append(F.Body->Body, std::move(*End));
@@ -478,9 +564,8 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   };
   if (Error E = rewriteGridSregs(M, F, Stats, Load))
     return std::move(E);
-  if (Error E = addSyncClones(M, L, Stats))
-    return std::move(E);
-  if (Error E = rewriteSyncSites(M, F, L, Stats, /*InCallee=*/false))
+  std::string Conv;
+  if (Error E = rewriteSyncSites(M, F, L, Stats, Conv))
     return std::move(E);
 
   // Decoding keeps few values live: the claimed index, then one divisor at
@@ -510,7 +595,7 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                            "or.b32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
                            "setp.eq.u32 %__tly_lead, %__tly_t0, 0;\n";
   unsigned B = L.BarrierId;
-  std::string Top = std::string(GridSregDecls) + SyncDecls +
+  std::string Top = std::string(GridSregDecls) + SyncDeclsText +
                     ".reg .b32 %__tly_t<4>;\n"
                     ".reg .b64 %__tly_ctrl;\n"
                     ".reg .pred %__tly_lead, %__tly_p0;\n"
@@ -548,15 +633,14 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   insertAtTop(F, std::move(*TopCode));
 
   // After the body: all threads meet, the leader counts the finished block
-  // (after a fence, so the block's writes are visible first) and claims the
-  // next one.
-  auto End = code(M, rendezvousText(L) +
+  // (a release, so the block's writes are visible before the count) and
+  // claims the next one.
+  auto End = code(M, Conv +
                          "$__tly_done:\n" + LeaderText +
                          "@!%__tly_lead bra $__tly_claim;\n"
                          "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
                          "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
-                         "membar.gl;\n"
-                         "red.global.add.u32 [%__tly_ctrl+8], 1;\n"
+                         "red.release.gpu.global.add.u32 [%__tly_ctrl+8], 1;\n"
                          "bra $__tly_claim;\n"
                          "$__tly_exit:\n"
                          "ret;\n");

@@ -355,7 +355,7 @@ PtbStats runPtb(Device &D, Instance &I, const VariantRecord &V, unsigned Workers
     bool Preempt = St.Preempted < MaxPreempt;
     if (Preempt) {
       std::this_thread::sleep_for(std::chrono::microseconds(Delays[Rng() % 5]));
-      CK(cuMemsetD32Async(Ctrl + 4, 1, 1, D.S2));
+      CK(cuStreamWriteValue32(D.S2, Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
     }
     waitOrDie(D.S, "PTB launch of " + V.Name);
     CK(cuStreamSynchronize(D.S2));
@@ -535,13 +535,20 @@ int bench(Device &D, const Metadata &Meta, const std::string &Only) {
     std::printf("ptb/original:   median %.3f, p95 %.3f, max %.3f\n", median(PtbRatios),
                 percentile(PtbRatios, 95), percentile(PtbRatios, 100));
 
-  // Preemption latency: a long PTB kernel, flag set from the host (a
-  // device-memory write on another stream) while it runs; time until the
-  // kernel is done, then resume.
-  for (const char *Name : {"gemm_tiled", "block_scan"}) {
-    std::vector<Spec> Big = suite(Name == std::string("gemm_tiled") ? 32 : 2048);
-    auto It = std::find_if(Big.begin(), Big.end(), [&](const Spec &S) { return S.Kernel == Name; });
-    const KernelRecord *K = Meta.findKernel(Name);
+  // Preemption latency: a PTB kernel with many short logical blocks runs;
+  // after a random delay the host sets the flag with cuStreamWriteValue32 on
+  // another stream (the GPU's front end writes it: no SM needed); the time
+  // from that call to the kernel's end is the latency. Then it resumes.
+  struct LatCase {
+    const char *Name;
+    unsigned Scale;
+  };
+  for (LatCase LC : {LatCase{"block_scan", 4096}, LatCase{"grid2d", 512},
+                     LatCase{"gemm_tiled", 16}}) {
+    std::vector<Spec> Big = suite(LC.Scale);
+    auto It = std::find_if(Big.begin(), Big.end(),
+                           [&](const Spec &S) { return S.Kernel == LC.Name; });
+    const KernelRecord *K = Meta.findKernel(LC.Name);
     if (It == Big.end() || !K)
       continue;
     const VariantRecord *V = nullptr;
@@ -555,44 +562,46 @@ int bench(Device &D, const Metadata &Meta, const std::string &Only) {
     CK(cuStreamSynchronize(D.S));
     unsigned W = occupancyWorkers(D, *V, *It);
     CUfunction F = getFunction(D, V->Name);
+    double Whole = timeIt(D, 3, [&] { runOriginal(D, I); });
     CUdeviceptr Ctrl;
     CK(cuMemAlloc(&Ctrl, 16));
     std::vector<double> Lat;
-    unsigned Completed = 0;
+    std::mt19937 Rng(7);
     CK(cuMemsetD32(Ctrl, 0, 4));
-    for (unsigned R = 0; R < 300; ++R) {
+    for (unsigned R = 0; R < 200; ++R) {
       uint32_t C[4];
       CK(cuMemcpyDtoH(C, Ctrl, 16));
-      if (C[2] >= I.Blocks) {
+      if (C[2] >= I.Blocks)
         CK(cuMemsetD32(Ctrl, 0, 4));
-        ++Completed;
-      }
       CK(cuMemsetD32Async(Ctrl + 4, 0, 1, D.S));
       unsigned G[3] = {W, 1, 1};
       ArgPack P = originalArgs(I);
       addExtras(P, *V, *It, 0, Ctrl);
       launch(D, F, G, *It, P, D.S);
-      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      double Delay = std::uniform_real_distribution<double>(0.1, 0.6)(Rng) * Whole * 1e3;
+      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(Delay));
       if (cuStreamQuery(D.S) == CUDA_SUCCESS)
         continue; // finished before we could preempt it
       auto T0 = Clock::now();
-      CK(cuMemsetD32Async(Ctrl + 4, 1, 1, D.S2));
+      CK(cuStreamWriteValue32(D.S2, Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
       waitOrDie(D.S, "preemption of " + V->Name);
       Lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - T0).count());
     }
-    // Baseline: an empty launch + synchronize of the same kind of call.
+    // Baseline: the same host calls against an idle GPU.
     std::vector<double> Base;
-    for (unsigned R = 0; R < 300; ++R) {
+    for (unsigned R = 0; R < 200; ++R) {
       auto T0 = Clock::now();
-      CK(cuMemsetD32Async(Ctrl + 4, 1, 1, D.S2));
+      CK(cuStreamWriteValue32(D.S2, Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
       CK(cuStreamSynchronize(D.S2));
       Base.push_back(std::chrono::duration<double, std::micro>(Clock::now() - T0).count());
     }
     if (!Lat.empty())
-      std::printf("preemption latency %s (%u workers, %zu samples): p50 %.1f us, p99 %.1f us "
-                  "(memset+sync alone: p50 %.1f us, p99 %.1f us)\n",
-                  Name, W, Lat.size(), percentile(Lat, 50), percentile(Lat, 99),
-                  percentile(Base, 50), percentile(Base, 99));
+      std::printf("preemption latency %s (%llu blocks of %u threads, %.0f us per block-wave, "
+                  "%u workers, %zu samples): p50 %.1f us, p99 %.1f us (idle baseline p50 %.1f us)\n",
+                  LC.Name, (unsigned long long)I.Blocks,
+                  It->Block[0] * It->Block[1] * It->Block[2],
+                  Whole * 1e3 / std::max<double>(1.0, (double)I.Blocks / W), W, Lat.size(),
+                  percentile(Lat, 50), percentile(Lat, 99), percentile(Base, 50));
     CK(cuMemFree(Ctrl));
     freeInstance(I);
   }

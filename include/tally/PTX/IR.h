@@ -44,7 +44,9 @@ using TokenList = llvm::SmallVector<Token, 4>;
 ///  - Address: `[ ... ]` with comma-separated elements: `[%rd1+8]`,
 ///             `[tex, {%f1, %f2}]`.
 ///  - Vector:  `{ ... }`: `{%r1, %r2, _, %r4}`.
-///  - Paren:   `( ... )` as in call argument lists: `(param0, param1)`.
+///  - Paren:   `( ... )`, the argument and return lists of `call`:
+///             `(param0, param1)`. In other instructions a parenthesis
+///             starts an Expr: `(1+2)*3`.
 struct Operand {
   enum class Kind : uint8_t { Expr, Address, Vector, Paren };
   Kind K = Kind::Expr;

@@ -40,9 +40,6 @@ struct Legality {
   /// Reads %nctaid: a grid-stride or persistent loop whose per-block work
   /// depends on the grid size.
   bool ReadsGridSize = false;
-  /// PTB: callees (transitively) with full-block barriers; the variant
-  /// calls clones of them whose barriers take part in the rendezvous.
-  std::vector<std::string> SyncCallees;
   std::vector<std::string> Notes;
 };
 
