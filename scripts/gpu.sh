@@ -29,11 +29,16 @@ for tool in memcheck racecheck synccheck; do
     >"$OUT/sanitizer-$tool.txt" 2>&1
   san[$tool]=$?
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|kernels with mismatches" "$OUT/sanitizer-$tool.txt" | tail -3
+  echo "   findings by kernel (original kernels are listed too):"
+  grep -oE "(at|access at) [A-Za-z_0-9]+\+0x" "$OUT/sanitizer-$tool.txt" | sed -E 's/.* ([A-Za-z_0-9]+)\+0x/\1/' |
+    sort | uniq -c | sed 's/^/     /'
 done
 
-echo "== SASS of the barriers in one PTB variant"
-cuobjdump -sass -fun early_return_before_sync__tally_ptb $D/suite.tally.cubin 2>&1 |
-  grep -E "BAR|WARPSYNC|BSSY|BSYNC|VOTE" | head -40 | tee "$OUT/sass-barriers.txt"
+echo "== SASS barrier instructions per PTB variant (a routed kernel must keep one convergence barrier)"
+cuobjdump -sass $D/suite.tally.cubin > "$OUT/suite.sass" 2>&1
+awk '/Function : /{f=$3} /BAR\./{n[f]++}
+     END{for (k in n) printf "%-40s %3d BAR instructions\n", k, n[k]}' \
+  "$OUT/suite.sass" | sort | tee "$OUT/sass-barriers.txt"
 
 echo "== benchmarks"
 $T --bench 2>&1 | tee "$OUT/bench.txt"

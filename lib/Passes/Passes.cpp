@@ -2,7 +2,9 @@
 
 #include "tally/Passes/Pass.h"
 
+#include "tally/Analysis/Divergence.h"
 #include "tally/Analysis/KernelInfo.h"
+#include "tally/PTX/Printer.h"
 #include "tally/PTX/CFG.h"
 #include "tally/PTX/Lexer.h"
 
@@ -53,6 +55,43 @@ public:
           Ctx.Out << ' ' << S;
         Ctx.Out << '\n';
       }
+    }
+    return Error::success();
+  }
+};
+
+class PrintDivergencePass : public ModulePass {
+public:
+  StringRef getName() const override { return "print<divergence>"; }
+  bool isPrinter() const override { return true; }
+  Error run(Module &M, PassContext &Ctx) override {
+    for (Function *F : M.kernels()) {
+      CFG G(*F);
+      DivergenceInfo DI(*F, G);
+      Ctx.Out << "kernel " << F->Name << '\n';
+      for (const BasicBlock &B : G.blocks()) {
+        if (B.Insts.empty() || !DI.isDivergentBranch(*B.Insts.back()))
+          continue;
+        std::string Text;
+        raw_string_ostream OS(Text);
+        printInstruction(*B.Insts.back(), OS);
+        Ctx.Out << "  divergent branch in block " << B.Index << ": " << Text << '\n';
+      }
+      StringRef Why;
+      std::vector<bool> Conv = DI.barriersNeedingConvergence(Why);
+      unsigned Ord = 0;
+      for (const BasicBlock &B : G.blocks())
+        for (const Instruction *I : B.Insts) {
+          StringRef Base = I->getBaseOpcode();
+          if (Base != "bar" && Base != "barrier")
+            continue;
+          std::string Text;
+          raw_string_ostream OS(Text);
+          printInstruction(*I, OS);
+          Ctx.Out << "  barrier " << Ord << " in block " << B.Index << ": " << Text
+                  << (Conv[Ord] ? " -> convergence block" : " -> stays") << '\n';
+          ++Ord;
+        }
     }
     return Error::success();
   }
@@ -118,6 +157,9 @@ std::unique_ptr<ModulePass> createPrintKernelInfoPass() {
 }
 std::unique_ptr<ModulePass> createPrintCFGPass() {
   return std::make_unique<PrintCFGPass>();
+}
+std::unique_ptr<ModulePass> createPrintDivergencePass() {
+  return std::make_unique<PrintDivergencePass>();
 }
 std::unique_ptr<ModulePass> createVerifyPass() {
   return std::make_unique<VerifyPass>();

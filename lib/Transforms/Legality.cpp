@@ -2,6 +2,7 @@
 
 #include "tally/Transforms/Legality.h"
 
+#include "tally/Analysis/Divergence.h"
 #include "tally/PTX/Printer.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -174,6 +175,16 @@ Legality checkLegality(const Module &M, const ModuleInfo &MI,
     V.rejectPtb("all 16 hardware barriers are in use");
   else
     L.BarrierId = Free;
+
+  {
+    CFG G(*const_cast<Function *>(&F));
+    DivergenceInfo DI(*const_cast<Function *>(&F), G);
+    StringRef Why;
+    L.ConvergeBarrier = DI.barriersNeedingConvergence(Why);
+    if (L.anyConvergedBarrier())
+      L.Notes.push_back(("ptb: " + std::to_string(count(L.ConvergeBarrier, true)) +
+                         " barrier(s) go through the convergence block: " + Why).str());
+  }
 
   uint64_t Extra = 24; // the larger of the two variants' additions
   if (K.Own.ParamBytes + Extra > MaxParamBytes)

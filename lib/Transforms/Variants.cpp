@@ -361,6 +361,80 @@ void flattenBarrierScopes(Module &M, StmtList &Body, unsigned &Counter) {
   Body = std::move(Out);
 }
 
+/// Name of the function that holds the convergence barrier on barrier \p K.
+std::string convBarrierFunc(unsigned K) {
+  return formatv("__tly_conv_barrier{0}", K).str();
+}
+
+/// A round of the convergence barrier: \p Out = number of threads of the
+/// block whose predicate \p In is true. The barrier instruction sits in one
+/// function that every round calls, so all threads, whatever path brought
+/// them, arrive at the same instruction: ptxas duplicates a barrier that is
+/// written inline in a loop (loop rotation), and a warp split between two
+/// copies of a barrier counts twice.
+std::string convBarrierText(StringRef In, StringRef Out, unsigned K) {
+  return formatv("selp.u32 {1}, 1, 0, {0};\n"
+                 "{\n"
+                 ".param .b32 __tly_arg;\n"
+                 ".param .b32 __tly_ret;\n"
+                 "st.param.b32 [__tly_arg], {1};\n"
+                 "call (__tly_ret), {2}, (__tly_arg);\n"
+                 "ld.param.b32 {1}, [__tly_ret];\n"
+                 "}\n",
+                 In, Out, convBarrierFunc(K))
+      .str();
+}
+
+/// Adds the convergence-barrier function for barrier \p K to \p M once,
+/// after the module directives.
+Error addConvBarrierFunc(Module &M, unsigned K) {
+  std::string Name = convBarrierFunc(K);
+  if (M.getFunction(Name))
+    return Error::success();
+  auto F = std::make_unique<Function>();
+  F->Name = M.save(Name);
+  F->HasRetList = F->HasParamList = true;
+  auto Ret = parseParamDecl(M, ".param .b32 __tly_ret");
+  auto Arg = parseParamDecl(M, ".param .b32 __tly_arg");
+  auto Body = code(M, formatv(".reg .b32 %a;\n"
+                              ".reg .pred %p;\n"
+                              "ld.param.b32 %a, [__tly_arg];\n"
+                              "setp.ne.u32 %p, %a, 0;\n"
+                              "barrier.red.popc.u32 %a, {0}, %p;\n"
+                              "st.param.b32 [__tly_ret], %a;\n"
+                              "ret;\n",
+                              K)
+                          .str());
+  if (!Ret || !Arg || !Body) {
+    consumeError(Ret.takeError());
+    consumeError(Arg.takeError());
+    return Body ? internalError("parameter of " + Name) : Body.takeError();
+  }
+  F->Rets.push_back(std::move(*Ret));
+  F->Params.push_back(std::move(*Arg));
+  F->Body = std::make_unique<ScopeStmt>();
+  F->Body->Body = std::move(*Body);
+  auto Top = find_if(M.Items, [](const TopItem &I) {
+    return I.getKind() != TopItem::Kind::Directive ||
+           (I.Dir.Name != ".version" && I.Dir.Name != ".target" &&
+            I.Dir.Name != ".address_size");
+  });
+  M.Items.insert(Top, TopItem(std::move(F)));
+  return Error::success();
+}
+
+/// Sets %__tly_site to \p Id through a value ptxas cannot see is constant
+/// (%nctaid.x >> 31 is 0 for every valid grid). With a constant, ptxas
+/// specialises the convergence block per predecessor and duplicates its
+/// barrier, and a warp split between two copies of a barrier counts twice.
+std::string siteText(StringRef Guard, unsigned Id) {
+  return formatv("{0}mov.u32 %__tly_site, %nctaid.x;\n"
+                 "{0}shr.u32 %__tly_site, %__tly_site, 31;\n"
+                 "{0}add.u32 %__tly_site, %__tly_site, {1};\n",
+                 Guard, Id)
+      .str();
+}
+
 /// Rewrites returns and full-block barriers of \p F's body so that every
 /// thread reaches one convergence block (see Variants.h): barrier site i
 /// records i in %__tly_site (returns record 0) and jumps there; the block's
@@ -377,8 +451,23 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
   AsyncCopies Async = findAsyncCopies(F);
   unsigned K = L.BarrierId;
   unsigned NumSites = 0;
-  unsigned Scopes = 0;
-  flattenBarrierScopes(M, F.Body->Body, Scopes);
+  unsigned Scopes = 0, BarrierOrdinal = 0;
+  if (L.anyConvergedBarrier())
+    flattenBarrierScopes(M, F.Body->Body, Scopes);
+  // The convergence block needs the second (reduction) round only when a
+  // routed barrier is a reduction.
+  bool RoutedReduction = false;
+  {
+    unsigned Ord = 0;
+    walkStmts(F.Body->Body, [&](Stmt &S) {
+      auto *IS = dyn_cast<InstStmt>(&S);
+      if (!IS || (IS->I.getBaseOpcode() != "bar" && IS->I.getBaseOpcode() != "barrier"))
+        return;
+      unsigned O = Ord++;
+      if (O < L.ConvergeBarrier.size() && L.ConvergeBarrier[O] && IS->I.hasModifier(".red"))
+        RoutedReduction = true;
+    });
+  }
   Error Err = rewriteInsts(F.Body->Body, [&](Instruction &I) -> Expected<std::optional<StmtList>> {
     std::string G = guardText(I);
     StringRef Base = I.getBaseOpcode();
@@ -389,12 +478,19 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
         Text += G + "cp.async.bulk.wait_group.read 0;\n";
       if (Async.Ampere)
         Text += G + "cp.async.wait_all;\n";
-      Text += G + "mov.u32 %__tly_site, 0;\n";
+      Text += siteText(G, 0);
       Text += G + "bra $__tly_conv;\n";
       return code(M, Text);
     }
     if (Base != "bar" && Base != "barrier")
       return std::nullopt;
+    unsigned Ordinal = BarrierOrdinal++;
+    if (Ordinal >= L.ConvergeBarrier.size() || !L.ConvergeBarrier[Ordinal]) {
+      // All threads meet this barrier together: it can stay.
+      if (!I.hasModifier(".warp") && !I.hasModifier(".cluster"))
+        ++Stats.KeptBarriers;
+      return std::nullopt;
+    }
     if (!isFullBarrier(I)) {
       // Warp and cluster barriers, and barriers with a thread count (named
       // barriers of warp subsets), stay as they are.
@@ -409,11 +505,11 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
     // A guarded barrier is skipped by the threads whose guard is false.
     if (I.isGuarded())
       Text += formatv("@{0}{1} bra {2};\n", I.GuardNegated ? "" : "!", I.Guard, Resume).str();
-    Text += formatv("mov.u32 %__tly_site, {0};\n", Id).str();
+    Text += siteText("", Id);
     if (!IsRed) {
       ++Stats.Barriers;
-      if (L.HasReductionBarriers)
-        Text += "setp.ne.u32 %__tly_in, 0, 0;\n";
+      if (RoutedReduction)
+        Text += "setp.ne.u32 %__tly_in, 0, 0;\n"; // contributes nothing
       Text += "bra $__tly_conv;\n" + Resume + ":\n";
       return code(M, Text);
     }
@@ -441,13 +537,13 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
     return Err;
 
   // The convergence block. Falling off the end of the body is a return.
-  std::string T = "mov.u32 %__tly_site, 0;\n"
+  std::string T = siteText("", 0) +
                   "$__tly_conv:\n"
                   "setp.ne.u32 %__tly_live, %__tly_site, 0;\n";
-  T += formatv("barrier.red.popc.u32 %__tly_n, {0}, %__tly_live;\n", K).str();
-  if (L.HasReductionBarriers)
+  T += convBarrierText("%__tly_live", "%__tly_n", K);
+  if (RoutedReduction)
     T += "and.pred %__tly_in, %__tly_in, %__tly_live;\n" +
-         formatv("barrier.red.popc.u32 %__tly_c, {0}, %__tly_in;\n", K).str();
+         convBarrierText("%__tly_in", "%__tly_c", K);
   T += "setp.eq.u32 %__tly_more, %__tly_n, 0;\n"
        "@%__tly_more bra $__tly_done;\n"
        "@!%__tly_live bra $__tly_conv;\n";
@@ -478,6 +574,8 @@ const char *SyncDeclsText = ".reg .b32 %__tly_n, %__tly_c, %__tly_site;\n"
 Error unifySync(Module &M, Function &F, const Legality &L, RewriteStats &Stats) {
   if (!F.Body)
     return internalError("unify-sync on a declaration");
+  if (Error E = addConvBarrierFunc(M, L.BarrierId))
+    return E;
   std::string Conv;
   if (Error E = rewriteSyncSites(M, F, L, Stats, Conv))
     return E;
@@ -564,6 +662,8 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   };
   if (Error E = rewriteGridSregs(M, F, Stats, Load))
     return std::move(E);
+  if (Error E = addConvBarrierFunc(M, L.BarrierId))
+    return std::move(E);
   std::string Conv;
   if (Error E = rewriteSyncSites(M, F, L, Stats, Conv))
     return std::move(E);
@@ -599,7 +699,8 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                     ".reg .b32 %__tly_t<4>;\n"
                     ".reg .b64 %__tly_ctrl;\n"
                     ".reg .pred %__tly_lead, %__tly_p0;\n"
-                    ".shared .align 16 .b32 __tly_slot[4];\n"
+                    ".shared .align 16 .b32 __tly_slot[5];\n" + LeaderText +
+                    "@%__tly_lead st.shared.u32 [__tly_slot+16], 0;\n"
                     // Claim: thread 0 of the block leaves when preempted or
                     // when no block is left.
                     "$__tly_claim:\n" + LeaderText +
@@ -633,16 +734,27 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   insertAtTop(F, std::move(*TopCode));
 
   // After the body: all threads meet, the leader counts the finished block
-  // (a release, so the block's writes are visible before the count) and
-  // claims the next one.
+  // (in shared memory, reported when the worker leaves) and claims the next
+  // one.
   auto End = code(M, Conv +
                          "$__tly_done:\n" + LeaderText +
                          "@!%__tly_lead bra $__tly_claim;\n"
+                         "ld.shared.u32 %__tly_t0, [__tly_slot+16];\n"
+                         "add.u32 %__tly_t0, %__tly_t0, 1;\n"
+                         "st.shared.u32 [__tly_slot+16], %__tly_t0;\n"
+                         "bra $__tly_claim;\n"
+                         // Leaving: the leader adds the blocks this worker
+                         // finished to the done count, with release
+                         // semantics so their writes are visible first.
+                         "$__tly_exit:\n" + LeaderText +
+                         "@!%__tly_lead bra $__tly_ret;\n"
+                         "ld.shared.u32 %__tly_t0, [__tly_slot+16];\n"
+                         "setp.eq.u32 %__tly_p0, %__tly_t0, 0;\n"
+                         "@%__tly_p0 bra $__tly_ret;\n"
                          "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
                          "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
-                         "red.release.gpu.global.add.u32 [%__tly_ctrl+8], 1;\n"
-                         "bra $__tly_claim;\n"
-                         "$__tly_exit:\n"
+                         "red.release.gpu.global.add.u32 [%__tly_ctrl+8], %__tly_t0;\n"
+                         "$__tly_ret:\n"
                          "ret;\n");
   if (!End)
     return End.takeError();

@@ -298,9 +298,13 @@ void waitOrDie(CUstream S, const std::string &What, double Seconds = WaitSeconds
       return;
     if (R != CUDA_ERROR_NOT_READY)
       check(R, What.c_str());
-    if (Clock::now() > Deadline)
+    auto Now = Clock::now();
+    if (Now > Deadline)
       die("HANG: " + What + " did not finish within " + std::to_string(Seconds) + " s");
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Spin for the first 20 ms so latency measurements are not rounded up
+    // to the scheduler's sleep granularity; then back off.
+    if (Now > Deadline - std::chrono::duration<double>(Seconds) + std::chrono::milliseconds(20))
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 

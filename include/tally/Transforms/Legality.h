@@ -12,6 +12,8 @@
 
 #include "tally/Analysis/KernelInfo.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <string>
 #include <vector>
 
@@ -37,6 +39,15 @@ struct Legality {
   unsigned BarrierId = 0;
   /// The kernel (or a callee) uses bar.red/barrier.red without thread count.
   bool HasReductionBarriers = false;
+  /// PTB: for each `bar`/`barrier` instruction of the kernel, in statement
+  /// order, whether it must be routed through the convergence block (see
+  /// DivergenceInfo::barriersNeedingConvergence). The others stay as they
+  /// are: routing costs registers, since every routed barrier joins one
+  /// block.
+  std::vector<bool> ConvergeBarrier;
+  bool anyConvergedBarrier() const {
+    return llvm::is_contained(ConvergeBarrier, true);
+  }
   /// Reads %nctaid: a grid-stride or persistent loop whose per-block work
   /// depends on the grid size.
   bool ReadsGridSize = false;

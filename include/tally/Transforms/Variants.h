@@ -19,7 +19,13 @@
 // index and decoded coordinates in shared memory; a barrier; every thread
 // reads them (%ctaid reads become shared loads); the body runs with the
 // unified synchronisation rewrite; the last barrier of the body tells the
-// leader that the block is done, which it counts in global memory; loop.
+// leader that the block is done; loop. A worker leaving adds the number of
+// blocks it finished to the done count in global memory.
+//
+// Control block (16 bytes of global memory, zeroed before the first launch
+// of a grid): [0] next logical block to claim, [4] preemption flag (nonzero:
+// leave before claiming), [8] finished logical blocks (complete when it
+// equals the grid's block count), [12] reserved.
 //
 // Unified synchronisation: `ret`/`exit` jump to a rendezvous loop whose
 // threads keep taking part in the block's barriers, and every full-block

@@ -1,0 +1,266 @@
+//===- Divergence.cpp - block-uniform control flow ------------------------===//
+
+#include "tally/Analysis/Divergence.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+
+using namespace llvm;
+using namespace tally::ptx;
+
+namespace tally {
+
+namespace {
+
+/// Opcodes whose first operand is not a register they write (stores,
+/// branches, barriers, fences, copies into memory, ...).
+bool writesNoRegister(const Instruction &I) {
+  StringRef Base = I.getBaseOpcode();
+  static const StringRef NoDef[] = {
+      "st",       "red",       "bar",       "barrier",    "bra",
+      "brx",      "call",      "ret",       "exit",       "trap",
+      "membar",   "fence",     "prefetch",  "prefetchu",  "griddepcontrol",
+      "stmatrix", "tensormap", "setmaxnreg", "nanosleep", "pmevent",
+      "brkpt",    "discard",   "applypriority", "sust",   "sured"};
+  if (is_contained(NoDef, Base))
+    return true;
+  if (Base == "cp")
+    return !I.Opcode.starts_with("cp.async.mbarrier");
+  if (Base == "multimem")
+    return !I.hasModifier(".ld_reduce");
+  return false;
+}
+
+bool isDivergentSource(StringRef Reg) {
+  return Reg == "%tid" || Reg == "%laneid" || Reg == "%warpid" ||
+         Reg.starts_with("%lanemask") || Reg.starts_with("%clock") ||
+         Reg.starts_with("%globaltimer") || Reg == "%dynamic_smem_size";
+}
+
+/// Results that differ between threads whatever the operands.
+bool isInherentlyDivergent(const Instruction &I, const StringSet<> &KernelParams) {
+  StringRef Base = I.getBaseOpcode();
+  if (Base == "atom" || Base == "shfl" || Base == "vote" || Base == "activemask" ||
+      Base == "redux" || Base == "match" || Base == "elect" || Base == "mbarrier" ||
+      Base == "wgmma" || Base == "wmma" || Base == "mma" || Base == "ldmatrix" ||
+      Base == "tex" || Base == "tld4" || Base == "suld" || Base == "txq" ||
+      Base == "suq" || Base == "multimem")
+    return true;
+  if (Base == "ld" || Base == "ldu") {
+    // Kernel parameters and constants are the same for every thread.
+    if (I.hasModifier(".const"))
+      return false;
+    if (I.hasModifier(".param")) {
+      if (I.Ops.size() >= 2 && I.Ops[1].K == Operand::Kind::Address &&
+          !I.Ops[1].Elems.empty()) {
+        const Operand &A = I.Ops[1].Elems.front();
+        if (!A.Toks.empty() && KernelParams.contains(A.Toks.front().Text))
+          return false;
+      }
+      return true; // a call's return value
+    }
+    // A weak load from the same address gives every thread the same value
+    // in a program without data races (a concurrent write would be one).
+    // Loads with stronger semantics are how threads watch memory others
+    // write, and local memory is per thread: those differ. The address
+    // itself is checked as an operand.
+    return I.hasModifier(".local") || I.hasModifier(".volatile") ||
+           I.hasModifier(".relaxed") || I.hasModifier(".acquire") ||
+           I.hasModifier(".mmio");
+  }
+  return false;
+}
+
+void forEachReg(const Operand &O, const std::function<void(StringRef)> &Fn) {
+  O.forEachToken([&](const Token &T) {
+    if (T.is(TokKind::Ident) && T.Text.starts_with("%"))
+      Fn(T.Text);
+  });
+}
+
+} // namespace
+
+void getDefs(const Instruction &I, SmallVectorImpl<StringRef> &Defs) {
+  if (I.Ops.empty() || writesNoRegister(I))
+    return;
+  forEachReg(I.Ops[0], [&](StringRef R) {
+    if (!isSpecialRegister(R))
+      Defs.push_back(R);
+  });
+}
+
+DivergenceInfo::DivergenceInfo(Function &F, const CFG &G) : F(F), G(G) {
+  unsigned N = G.blocks().size();
+  DivRegion.resize(N);
+
+  // Post-dominators, with a virtual exit after every block without
+  // successors. A block that ends in `trap` aborts the whole grid (device
+  // asserts end so): it constrains nothing, as if every block
+  // post-dominated it.
+  auto Traps = [&](const BasicBlock &BB) {
+    return !BB.Insts.empty() && BB.Insts.back()->getBaseOpcode() == "trap" &&
+           !BB.Insts.back()->isGuarded();
+  };
+  PostDom.assign(N, BitVector(N, true));
+  bool Changed = true;
+  while (Changed) {
+    Changed = false;
+    for (int B = N - 1; B >= 0; --B) {
+      const BasicBlock &BB = G.blocks()[B];
+      if (Traps(BB))
+        continue;
+      BitVector New(N, BB.Succs.empty() ? false : true);
+      for (unsigned S : BB.Succs)
+        New &= PostDom[S];
+      New.set(B);
+      if (New != PostDom[B]) {
+        PostDom[B] = std::move(New);
+        Changed = true;
+      }
+    }
+  }
+
+  StringSet<> KernelParams;
+  for (const VarDecl &P : F.Params)
+    for (const Declarator &X : P.Decls)
+      KernelParams.insert(X.Name);
+
+  // Fixed point over data and control dependence.
+  Changed = true;
+  while (Changed) {
+    Changed = false;
+    for (const BasicBlock &BB : G.blocks()) {
+      for (const Instruction *I : BB.Insts) {
+        bool Div = DivRegion.test(BB.Index) || isInherentlyDivergent(*I, KernelParams) ||
+                   (I->isGuarded() && isDivergent(I->Guard));
+        SmallVector<StringRef, 4> Defs;
+        getDefs(*I, Defs);
+        if (Defs.empty())
+          continue;
+        for (size_t O = 0; O < I->Ops.size() && !Div; ++O) {
+          // The first operand of a defining instruction is written, but a
+          // vector or `|` destination may also be read (wgmma accumulators).
+          forEachReg(I->Ops[O], [&](StringRef R) {
+            if (isSpecialRegister(R) ? isDivergentSource(R) : isDivergent(R))
+              Div = true;
+          });
+        }
+        if (!Div)
+          continue;
+        for (StringRef D : Defs)
+          Changed |= Divergent.insert(D).second;
+      }
+    }
+    for (const BasicBlock &BB : G.blocks()) {
+      if (BB.Insts.empty() || !isDivergentBranch(*BB.Insts.back()))
+        continue;
+      BitVector R = influenceRegion(BB.Index);
+      BitVector Old = DivRegion;
+      DivRegion |= R;
+      Changed |= DivRegion != Old;
+    }
+  }
+}
+
+bool DivergenceInfo::isDivergentBranch(const Instruction &I) const {
+  StringRef Base = I.getBaseOpcode();
+  bool Branchy = Base == "bra" || Base == "brx" || Base == "ret" || Base == "exit";
+  if (!Branchy)
+    return false;
+  if (I.isGuarded() && isDivergent(I.Guard))
+    return true;
+  if (Base == "brx" && !I.Ops.empty()) {
+    bool Div = false;
+    forEachReg(I.Ops[0], [&](StringRef R) { Div |= isDivergent(R); });
+    return Div;
+  }
+  return false;
+}
+
+BitVector DivergenceInfo::reachableFrom(unsigned From) const {
+  BitVector Seen(G.blocks().size());
+  SmallVector<unsigned, 16> Work{From};
+  while (!Work.empty()) {
+    unsigned B = Work.pop_back_val();
+    if (Seen.test(B))
+      continue;
+    Seen.set(B);
+    for (unsigned S : G.blocks()[B].Succs)
+      Work.push_back(S);
+  }
+  return Seen;
+}
+
+BitVector DivergenceInfo::influenceRegion(unsigned B) const {
+  unsigned N = G.blocks().size();
+  BitVector Stop = PostDom[B];
+  Stop.reset(B);
+  BitVector Seen(N);
+  SmallVector<unsigned, 16> Work(G.blocks()[B].Succs.begin(), G.blocks()[B].Succs.end());
+  while (!Work.empty()) {
+    unsigned X = Work.pop_back_val();
+    if (Seen.test(X) || Stop.test(X))
+      continue;
+    Seen.set(X);
+    for (unsigned S : G.blocks()[X].Succs)
+      Work.push_back(S);
+  }
+  return Seen;
+}
+
+static bool isFullBlockBarrier(const Instruction &I) {
+  StringRef Base = I.getBaseOpcode();
+  if ((Base != "bar" && Base != "barrier") || I.hasModifier(".warp") ||
+      I.hasModifier(".cluster") || I.hasModifier(".arrive"))
+    return false;
+  return I.Ops.size() < (I.hasModifier(".red") ? 4u : 2u);
+}
+
+std::vector<bool> DivergenceInfo::barriersNeedingConvergence(StringRef &Why) const {
+  unsigned N = G.blocks().size();
+  BitVector ReturnBlocks(N);
+  for (const BasicBlock &BB : G.blocks())
+    for (const Instruction *I : BB.Insts)
+      if (I->getBaseOpcode() == "ret" || I->getBaseOpcode() == "exit")
+        ReturnBlocks.set(BB.Index);
+
+  // Blocks that run after some threads of the block may have returned:
+  // reachable from a divergent branch that decides whether threads return.
+  BitVector AfterReturn(N);
+  for (const BasicBlock &BB : G.blocks()) {
+    if (BB.Insts.empty() || !isDivergentBranch(*BB.Insts.back()))
+      continue;
+    const Instruction &Br = *BB.Insts.back();
+    bool DecidesReturn = influenceRegion(BB.Index).anyCommon(ReturnBlocks) ||
+                         Br.getBaseOpcode() == "ret" || Br.getBaseOpcode() == "exit";
+    if (!DecidesReturn)
+      continue;
+    for (unsigned S : BB.Succs)
+      AfterReturn |= reachableFrom(S);
+  }
+
+  std::vector<bool> Merge;
+  for (const BasicBlock &BB : G.blocks())
+    for (const Instruction *I : BB.Insts) {
+      StringRef Base = I->getBaseOpcode();
+      if (Base != "bar" && Base != "barrier")
+        continue;
+      bool M = false;
+      if (isFullBlockBarrier(*I)) {
+        if (I->isGuarded() && isDivergent(I->Guard)) {
+          M = true;
+          Why = "a barrier runs under a condition that differs between threads";
+        } else if (DivRegion.test(BB.Index)) {
+          M = true;
+          Why = "a barrier runs in control flow that differs between threads";
+        } else if (AfterReturn.test(BB.Index)) {
+          M = true;
+          Why = "threads may return while others still have a barrier ahead";
+        }
+      }
+      Merge.push_back(M);
+    }
+  return Merge;
+}
+
+} // namespace tally
