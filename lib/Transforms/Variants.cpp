@@ -478,7 +478,8 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
         Text += G + "cp.async.bulk.wait_group.read 0;\n";
       if (Async.Ampere)
         Text += G + "cp.async.wait_all;\n";
-      Text += siteText(G, 0);
+      if (L.anyConvergedBarrier())
+        Text += siteText(G, 0);
       Text += G + "bra $__tly_conv;\n";
       return code(M, Text);
     }
@@ -537,6 +538,13 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
     return Err;
 
   // The convergence block. Falling off the end of the body is a return.
+  if (NumSites == 0) {
+    // No barrier is routed: threads only arrive here when they are done,
+    // so one barrier (no loop, nothing live) ends the logical block. A
+    // warp split by a divergent return arrives at this one instruction.
+    ConvText = formatv("$__tly_conv:\nbarrier.sync {0};\n", K).str();
+    return Error::success();
+  }
   std::string T = siteText("", 0) +
                   "$__tly_conv:\n"
                   "setp.ne.u32 %__tly_live, %__tly_site, 0;\n";
@@ -574,8 +582,9 @@ const char *SyncDeclsText = ".reg .b32 %__tly_n, %__tly_c, %__tly_site;\n"
 Error unifySync(Module &M, Function &F, const Legality &L, RewriteStats &Stats) {
   if (!F.Body)
     return internalError("unify-sync on a declaration");
-  if (Error E = addConvBarrierFunc(M, L.BarrierId))
-    return E;
+  if (L.anyConvergedBarrier())
+    if (Error E = addConvBarrierFunc(M, L.BarrierId))
+      return E;
   std::string Conv;
   if (Error E = rewriteSyncSites(M, F, L, Stats, Conv))
     return E;
@@ -662,8 +671,9 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   };
   if (Error E = rewriteGridSregs(M, F, Stats, Load))
     return std::move(E);
-  if (Error E = addConvBarrierFunc(M, L.BarrierId))
-    return std::move(E);
+  if (L.anyConvergedBarrier())
+    if (Error E = addConvBarrierFunc(M, L.BarrierId))
+      return std::move(E);
   std::string Conv;
   if (Error E = rewriteSyncSites(M, F, L, Stats, Conv))
     return std::move(E);

@@ -119,7 +119,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tally-opt", required=True)
     ap.add_argument("--corpus", default=default_corpus())
-    ap.add_argument("--min-transformed", type=float, default=97.0)
+    ap.add_argument("--min-transformed", type=float, default=95.0)
     ap.add_argument("--strict-quality", action="store_true")
     ap.add_argument("--report", help="write a per-variant table (TSV) here")
     ap.add_argument("-j", type=int, default=os.cpu_count() or 2)
