@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 D=.carry
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-T="$D/tally-gpu-test --cubin $D/suite.tally.cubin --metadata $D/suite.yaml"
+T="$D/tally-gpu-test --module $D/suite.tally.fatbin --metadata $D/suite.yaml"
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -17,6 +17,13 @@ T="$D/tally-gpu-test --cubin $D/suite.tally.cubin --metadata $D/suite.yaml"
 } | tee "$OUT/device.txt"
 missing=$(ldd $D/tally-gpu-test | grep "not found")
 [[ -n $missing ]] && { echo "missing libraries: $missing"; exit 1; }
+
+echo "== a program linked from an object file tally-opt rewrote"
+$D/app | tee "$OUT/app.txt"
+$D/app.tally | tee "$OUT/app.tally.txt"
+cuobjdump -lelf -lptx $D/app.tally | tee "$OUT/app.tally.cuobjdump.txt"
+if cmp -s "$OUT/app.txt" "$OUT/app.tally.txt"; then app="same output"; else app="DIFFERENT OUTPUT"; fi
+echo "app vs app.tally: $app"
 
 echo "== correctness"
 $T 2>&1 | tee "$OUT/correctness.txt"
@@ -35,7 +42,8 @@ for tool in memcheck racecheck synccheck; do
 done
 
 echo "== SASS barrier instructions per PTB variant (a routed kernel must keep one convergence barrier)"
-cuobjdump -sass $D/suite.tally.cubin > "$OUT/suite.sass" 2>&1
+cuobjdump -sass $D/suite.tally.fatbin > "$OUT/suite.sass" 2>&1
+cuobjdump -lelf -lptx $D/suite.tally.fatbin | tee "$OUT/cuobjdump-list.txt"
 awk '/Function : /{f=$3} /BAR\./{n[f]++}
      END{for (k in n) printf "%-40s %3d BAR instructions\n", k, n[k]}' \
   "$OUT/suite.sass" | sort | tee "$OUT/sass-barriers.txt"
@@ -48,10 +56,11 @@ echo
 echo "| check | result |"
 echo "| --- | --- |"
 echo "| correctness (exit $corr) | $(tail -1 "$OUT/correctness.txt") |"
+echo "| rewritten object, linked and run | $app |"
 for tool in memcheck racecheck synccheck; do
   echo "| compute-sanitizer $tool (exit ${san[$tool]}) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.txt" | tail -1) |"
 done
 echo "| bench (exit $bench) | $(grep -E '^slice/original' "$OUT/bench.txt") |"
 echo "| | $(grep -E '^ptb/original' "$OUT/bench.txt") |"
 grep -E '^preemption latency' "$OUT/bench.txt" | sed 's/^/| | /; s/$/ |/'
-exit $(( corr != 0 || san[memcheck] != 0 || san[racecheck] != 0 || san[synccheck] != 0 ))
+exit $(( corr != 0 || ${#app} != 11 || san[memcheck] != 0 || san[racecheck] != 0 || san[synccheck] != 0 ))

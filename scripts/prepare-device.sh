@@ -8,6 +8,15 @@ cd "$(dirname "$0")/.."
 scripts/build.sh >/dev/null
 rm -rf .carry && mkdir -p .carry
 cp build/bin/tally-gpu-test .carry/
-cp build/gpu/suite.ptx build/gpu/suite.tally.ptx build/gpu/suite.yaml build/gpu/suite.tally.cubin .carry/
+cp build/gpu/suite.fatbin build/gpu/suite.tally.fatbin build/gpu/suite.yaml .carry/
 strip .carry/tally-gpu-test
+# A program built the usual way, and the same program linked from the
+# object file tally-opt rewrote (variants inside; the program still
+# launches the originals).
+export PATH=/usr/local/cuda/bin:$PATH
+nvcc -arch=sm_90a -c examples/app/app.cu -o .carry/app.o
+build/bin/tally-opt -q .carry/app.o -o .carry/app.tally.o --metadata .carry/app.yaml
+nvcc -arch=sm_90a .carry/app.o -o .carry/app
+nvcc -arch=sm_90a .carry/app.tally.o -o .carry/app.tally
+rm .carry/app.o .carry/app.tally.o
 du -sh .carry

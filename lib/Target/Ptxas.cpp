@@ -86,7 +86,8 @@ std::map<std::string, EntryReport, std::less<>> parsePtxasLog(StringRef Log) {
   return Out;
 }
 
-Expected<PtxasResult> runPtxas(StringRef Ptxas, StringRef Ptx, StringRef Arch) {
+Expected<PtxasResult> runPtxas(StringRef Ptxas, StringRef Ptx, StringRef Arch,
+                               bool Relocatable) {
   SmallString<128> In, Out, Log;
   if (std::error_code EC = sys::fs::createTemporaryFile("tally", "ptx", In))
     return errorCodeToError(EC);
@@ -105,7 +106,10 @@ Expected<PtxasResult> runPtxas(StringRef Ptxas, StringRef Ptx, StringRef Arch) {
     OS << Ptx;
   }
   std::string ArchFlag = ("-arch=" + Arch).str();
-  StringRef Args[] = {Ptxas, "-v", "-c", ArchFlag, "-o", Out, In};
+  SmallVector<StringRef, 8> Args = {Ptxas, "-v"};
+  if (Relocatable)
+    Args.push_back("-c");
+  Args.append({ArchFlag, "-o", Out, In});
   std::optional<StringRef> Redirects[] = {std::nullopt, StringRef(Log), StringRef(Log)};
   std::string ErrMsg;
   int RC = sys::ExecuteAndWait(Ptxas, Args, std::nullopt, Redirects, 0, 0, &ErrMsg);

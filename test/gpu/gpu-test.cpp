@@ -1,6 +1,6 @@
 //===- gpu-test.cpp - run the variants on a GPU and compare ---------------===//
 //
-// Usage: tally-gpu-test --cubin SUITE.cubin --metadata SUITE.yaml
+// Usage: tally-gpu-test --module SUITE.fatbin --metadata SUITE.yaml
 //                       [--only NAME] [--seed N] [--quick] [--bench]
 //                       [--timeout SECONDS]  (per wait; a longer wait is a hang)
 //
@@ -625,7 +625,7 @@ int main(int argc, char **argv) {
         die("missing value after " + A);
       return argv[++I];
     };
-    if (A == "--cubin")
+    if (A == "--module" || A == "--cubin")
       CubinPath = Next();
     else if (A == "--metadata")
       MetaPath = Next();
@@ -643,7 +643,8 @@ int main(int argc, char **argv) {
       die("unknown argument " + A);
   }
   if (CubinPath.empty() || MetaPath.empty())
-    die("usage: tally-gpu-test --cubin F --metadata F [--only K] [--seed N] [--quick] [--bench]");
+    die("usage: tally-gpu-test --module FATBIN|CUBIN --metadata F [--only K] [--seed N] "
+        "[--quick] [--bench] [--timeout S]");
 
   if (cuInit(0) != CUDA_SUCCESS) {
     std::printf("SKIP: no usable GPU (cuInit failed)\n");
@@ -673,6 +674,26 @@ int main(int argc, char **argv) {
   CK(cuDeviceGetName(Name, sizeof(Name), D.Dev));
   std::printf("device: %s, %d SMs\n", Name, D.SMs);
   CK(cuModuleLoadData(&D.Mod, (*CB)->getBufferStart()));
+  // The metadata also travels inside the module: it must be there and say
+  // the same as the side file.
+  {
+    CUdeviceptr P;
+    size_t Bytes = 0;
+    CK(cuModuleGetGlobal(&P, &Bytes, D.Mod, "__tally_metadata"));
+    std::string Embedded(Bytes, '\0');
+    CK(cuMemcpyDtoH(Embedded.data(), P, Bytes));
+    Embedded.resize(std::strlen(Embedded.c_str()));
+    auto EM = Metadata::fromYAML(Embedded);
+    if (!EM)
+      die("embedded metadata: " + llvm::toString(EM.takeError()));
+    for (const KernelRecord &K : Meta->Kernels) {
+      const KernelRecord *E = EM->findKernel(K.Name);
+      if (!E || E->Variants.size() != K.Variants.size())
+        die("embedded metadata disagrees with " + MetaPath + " for " + K.Name);
+    }
+    std::printf("embedded metadata: %zu kernels, matches %s\n", EM->Kernels.size(),
+                MetaPath.c_str());
+  }
   CK(cuStreamCreate(&D.S, CU_STREAM_NON_BLOCKING));
   CK(cuStreamCreate(&D.S2, CU_STREAM_NON_BLOCKING));
   int RC = Bench ? bench(D, *Meta, Only) : correctness(D, *Meta, Only, Seed, Quick);

@@ -9,13 +9,14 @@
 #include "tally/PTX/Lexer.h"
 #include "tally/PTX/Parser.h"
 #include "tally/PTX/Printer.h"
+#include "tally/Driver/Driver.h"
 #include "tally/Passes/Pass.h"
-#include "tally/Target/Ptxas.h"
 
 #include "llvm/Support/Error.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -38,6 +39,11 @@ struct Options {
   std::string Arch;
   unsigned RegisterSlack = 4;
   bool NoPtxas = false;
+  bool NoEmbedMetadata = false;
+  bool List = false;
+  std::string ExtractDir;
+  unsigned Jobs = 0;
+  bool Quiet = false;
   bool ListPasses = false;
   bool Stats = false;
 };
@@ -61,92 +67,82 @@ Error fileError(StringRef File, const Twine &Msg) {
                            Msg.str().c_str());
 }
 
-Error runTool(const Options &O) {
-  auto Pipeline = parsePipeline(O.Passes);
-  if (!Pipeline)
-    return Pipeline.takeError();
+/// Writes \p Bytes to \p Path only once they are complete, so a failure
+/// leaves no partial file.
+Error writeOutput(StringRef Path, StringRef Bytes) {
+  std::error_code EC;
+  ToolOutputFile Out(Path, EC, sys::fs::OF_None);
+  if (EC)
+    return fileError(Path, "cannot open output file: " + EC.message());
+  Out.os() << Bytes;
+  Out.os().flush();
+  if (Out.os().has_error()) {
+    Out.os().clear_error();
+    return fileError(Path, "write failed");
+  }
+  Out.keep();
+  return Error::success();
+}
 
+Error runTool(const Options &O) {
+  // A bad pipeline is reported before anything is read.
+  if (auto P = parsePipeline(O.Passes); !P)
+    return P.takeError();
   auto BufOrErr = MemoryBuffer::getFileOrSTDIN(O.Input, /*IsText=*/false,
                                                /*RequiresNullTerminator=*/false);
   if (std::error_code EC = BufOrErr.getError())
     return fileError(O.Input, "cannot read file: " + EC.message());
-  auto M = ptx::parseModule(std::move(*BufOrErr));
-  if (!M)
-    return M.takeError();
+  MemoryBufferRef Input = (*BufOrErr)->getMemBufferRef();
 
-  // Printer passes write to stdout; the module goes where -o says. A
-  // pipeline of printers alone writes no module unless -o is given.
-  bool OnlyPrinters = !Pipeline->empty();
-  for (const auto &P : *Pipeline)
-    OnlyPrinters &= P->isPrinter();
-  std::string Output = O.Output;
-  if (Output.empty() && !OnlyPrinters)
-    Output = "-";
-
-  // Everything is produced in memory first so that a failing pass leaves no
-  // half-written output file.
-  std::string Analysis;
-  raw_string_ostream AnalysisOS(Analysis);
-  PassContext Ctx(AnalysisOS);
-  if (Error E = runPipeline(*Pipeline, **M, Ctx))
-    return E;
-
-  Ctx.Meta.finalize();
-
-  // Variants are compiled once here: ptxas checks them, reports their
-  // resources, and the register budget keeps them near their originals.
-  bool HasVariants = any_of(Ctx.Meta.Kernels, [](const KernelRecord &K) {
-    return !K.Variants.empty();
-  });
-  if (HasVariants && !O.NoPtxas) {
-    auto Ptxas = findPtxas(O.Ptxas);
-    if (!Ptxas) {
-      if (!O.Ptxas.empty())
-        return Ptxas.takeError();
-      WithColor::warning(errs(), "tally-opt")
-          << toString(Ptxas.takeError())
-          << "; variants are not compiled and no resources are recorded\n";
-    } else {
-      BudgetOptions B;
-      B.Ptxas = *Ptxas;
-      B.Arch = O.Arch.empty() ? (*M)->getTarget().str() : O.Arch;
-      B.Slack = O.RegisterSlack;
-      if (B.Arch.empty())
-        return fileError(O.Input, "no .target in the module; pass --arch");
-      if (Error E = applyRegisterBudget(**M, Ctx.Meta, B))
+  if (O.List)
+    return listInput(Input, outs());
+  if (!O.ExtractDir.empty()) {
+    auto Files = extractPTX(Input);
+    if (!Files)
+      return Files.takeError();
+    if (std::error_code EC = sys::fs::create_directories(O.ExtractDir))
+      return fileError(O.ExtractDir, "cannot create directory: " + EC.message());
+    for (auto &[Name, Text] : *Files) {
+      SmallString<256> Path(O.ExtractDir);
+      sys::path::append(Path, Name);
+      if (Error E = writeOutput(Path, Text))
         return E;
+      outs() << Path << '\n';
     }
+    return Error::success();
   }
 
-  std::string Text;
-  raw_string_ostream TextOS(Text);
+  CompileOptions C;
+  C.Pipeline = O.Passes;
+  C.UsePtxas = !O.NoPtxas;
+  C.Ptxas = O.Ptxas;
+  C.Arch = O.Arch;
+  C.RegisterSlack = O.RegisterSlack;
+  C.EmbedMetadata = !O.NoEmbedMetadata;
+  C.Jobs = O.Jobs;
+  if (!O.Quiet)
+    C.Progress = &errs();
+  auto R = compileInput(Input, C);
+  if (!R)
+    return R.takeError();
+  for (const std::string &W : R->Warnings)
+    WithColor::warning(errs(), "tally-opt") << W << '\n';
+
+  outs() << R->Analysis;
+  std::string Output = O.Output;
+  if (Output.empty() && !R->OnlyPrinters) {
+    if (detectInputKind(Input.getBuffer()) != InputKind::PTX)
+      return fileError(O.Input, "binary output needs -o FILE");
+    Output = "-";
+  }
   if (!Output.empty())
-    ptx::printModule(**M, TextOS);
-
-  outs() << Analysis;
-  if (!Output.empty()) {
-    std::error_code EC;
-    ToolOutputFile Out(Output, EC, sys::fs::OF_None);
-    if (EC)
-      return fileError(Output, "cannot open output file: " + EC.message());
-    Out.os() << Text;
-    Out.os().flush();
-    if (Out.os().has_error()) {
-      Out.os().clear_error();
-      return fileError(Output, "write failed");
-    }
-    Out.keep();
-  }
-  if (!O.MetadataFile.empty()) {
-    std::error_code EC;
-    ToolOutputFile Meta(O.MetadataFile, EC, sys::fs::OF_Text);
-    if (EC)
-      return fileError(O.MetadataFile, "cannot open metadata file: " + EC.message());
-    Meta.os() << Ctx.Meta.toYAML();
-    Meta.keep();
-  }
+    if (Error E = writeOutput(Output, R->Output))
+      return E;
+  if (!O.MetadataFile.empty())
+    if (Error E = writeOutput(O.MetadataFile, R->Meta.toYAML()))
+      return E;
   if (O.Stats)
-    for (const auto &S : Ctx.Stats)
+    for (const auto &S : R->Stats)
       errs() << S.getValue() << " " << S.getKey() << '\n';
   return Error::success();
 }
@@ -164,7 +160,9 @@ int main(int argc, char **argv) {
                "  tally-opt k.ptx -o out.ptx --passes=       parse and re-print\n"
                "  tally-opt k.ptx --passes='print<kernel-info>'   describe kernels\n",
                "tally-opt"};
-  App.add_option("input", O.Input, "input file: PTX text ('-' for stdin)");
+  App.add_option("input", O.Input,
+                 "input: PTX text, a fatbin, or a host ELF file (object, "
+                 "executable, shared library) with fatbins; '-' for stdin");
   App.add_option("-o,--output", O.Output,
                  "output file ('-' for stdout); default: stdout, or nothing when "
                  "the pipeline only prints analyses");
@@ -189,6 +187,19 @@ int main(int argc, char **argv) {
                  "up to the allocation unit of 8) before tally-opt caps it "
                  "with .maxnreg; caps that cause spills are dropped")
       ->default_val(4);
+  App.add_flag("--no-embed-metadata", O.NoEmbedMetadata,
+               "do not put the metadata into the output as the global byte "
+               "array __tally_metadata");
+  App.add_flag("--list", O.List,
+               "list the entries of a fatbin, object, executable or shared "
+               "library (kind, arch, sizes, compression, kernels) and exit");
+  App.add_option("--extract-ptx", O.ExtractDir,
+                 "write the PTX entries of a binary input into this directory "
+                 "and exit");
+  App.add_option("-j,--jobs", O.Jobs,
+                 "parallel transformations and ptxas runs for binary inputs "
+                 "(default: one per core)");
+  App.add_flag("-q,--quiet", O.Quiet, "no progress lines for binary inputs");
   App.add_flag("--list-passes", O.ListPasses, "list the registered passes and exit");
   App.add_flag("--stats", O.Stats, "print pass statistics to stderr");
   App.set_version_flag("--version", "tally-opt 0.1.0");

@@ -41,10 +41,11 @@ struct PtxasResult {
 /// /usr/local/cuda/bin/ptxas. An error says where it looked.
 llvm::Expected<std::string> findPtxas(llvm::StringRef Explicit = "");
 
-/// Compiles \p Ptx for \p Arch (`sm_90a`) as relocatable code (`-c`, which
-/// also accepts modules with external calls), with `-v`.
+/// Compiles \p Ptx for \p Arch (`sm_90a`) with `-v`, as relocatable code
+/// (`-c`, which also accepts modules with external calls) or as an
+/// executable cubin.
 llvm::Expected<PtxasResult> runPtxas(llvm::StringRef Ptxas, llvm::StringRef Ptx,
-                                     llvm::StringRef Arch);
+                                     llvm::StringRef Arch, bool Relocatable = true);
 
 /// Parses the `ptxas -v` log (exposed for tests).
 std::map<std::string, EntryReport, std::less<>> parsePtxasLog(llvm::StringRef Log);
