@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh - set up, build, and run tally-opt on the bundled example:
-# examples/kernels.cu is compiled to PTX with nvcc, tally-opt describes its
-# kernels, re-prints the PTX, and ptxas shows both compile to the same code.
+# examples/kernels.cu is compiled to PTX with nvcc; tally-opt describes its
+# kernels, adds the sliced and PTB variants (with metadata), and re-prints
+# the PTX, which ptxas compiles to the same code as the original.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -15,6 +16,12 @@ nvcc -arch=sm_90 -ptx examples/kernels.cu -o "$out/kernels.ptx"
 
 echo "== tally-opt $out/kernels.ptx --passes='print<kernel-info>'"
 build/bin/tally-opt "$out/kernels.ptx" --passes='print<kernel-info>'
+
+echo "== tally-opt $out/kernels.ptx -o $out/kernels.tally.ptx --metadata $out/kernels.yaml"
+build/bin/tally-opt "$out/kernels.ptx" -o "$out/kernels.tally.ptx" --metadata "$out/kernels.yaml"
+grep -E "^  - name:|status:|reason:|kind:|registers:" "$out/kernels.yaml" | cut -c1-110
+echo "== entries in the transformed module:"
+grep -E "^\.visible \.entry" "$out/kernels.tally.ptx"
 
 echo "== tally-opt $out/kernels.ptx --passes= -o $out/kernels.printed.ptx"
 build/bin/tally-opt "$out/kernels.ptx" --passes= -o "$out/kernels.printed.ptx"

@@ -25,6 +25,9 @@ cuobjdump -lelf -lptx $D/app.tally | tee "$OUT/app.tally.cuobjdump.txt"
 if cmp -s "$OUT/app.txt" "$OUT/app.tally.txt"; then app="same output"; else app="DIFFERENT OUTPUT"; fi
 echo "app vs app.tally: $app"
 
+echo "== the CMake example (tally_transform())"
+$D/cmake-example | tee "$OUT/cmake-example.txt"
+
 echo "== correctness"
 $T 2>&1 | tee "$OUT/correctness.txt"
 corr=${PIPESTATUS[0]}

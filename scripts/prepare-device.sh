@@ -19,4 +19,11 @@ build/bin/tally-opt -q .carry/app.o -o .carry/app.tally.o --metadata .carry/app.
 nvcc -arch=sm_90a .carry/app.o -o .carry/app
 nvcc -arch=sm_90a .carry/app.tally.o -o .carry/app.tally
 rm .carry/app.o .carry/app.tally.o
+# The CMake example, built against the installed package.
+rm -rf build/example-install build/example
+cmake --install build --prefix build/example-install >/dev/null
+cmake -S examples/cmake -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build/example-install" \
+  -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
+cmake --build build/example >/dev/null
+cp build/example/example .carry/cmake-example
 du -sh .carry
