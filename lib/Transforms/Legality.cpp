@@ -186,7 +186,7 @@ Legality checkLegality(const Module &M, const ModuleInfo &MI,
                          " barrier(s) go through the convergence block: " + Why).str());
   }
 
-  uint64_t Extra = 24; // the larger of the two variants' additions
+  uint64_t Extra = 28; // the larger of the two variants' additions
   if (K.Own.ParamBytes + Extra > MaxParamBytes)
     V.rejectBoth("parameter space: " + std::to_string(K.Own.ParamBytes) +
                  " bytes of parameters leave no room for Tally's " +

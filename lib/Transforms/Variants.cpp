@@ -655,12 +655,15 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                           {{"__tly_ctrl", "control"},
                            {"__tly_grid_x", "grid_x"},
                            {"__tly_grid_y", "grid_y"},
-                           {"__tly_grid_z", "grid_z"}},
-                          {"u64", "u32", "u32", "u32"}, V))
+                           {"__tly_grid_z", "grid_z"},
+                           {"__tly_chunk", "chunk"}},
+                          {"u64", "u32", "u32", "u32", "u32"}, V))
     return std::move(E);
 
-  // Slot layout in shared memory: [0] claimed index or -1 (leave), [1..3]
-  // the block's x, y, z (only those the kernel reads are decoded).
+  // Slot layout in shared memory (words): [0] claimed index or -1 (leave),
+  // [1..3] the block's x, y, z (only those the kernel reads are decoded),
+  // [4] blocks this worker finished, [5] next index of the claimed chunk,
+  // [6] blocks left in it. Words 4-6 belong to the leader.
   bool Reads[3] = {false, false, false};
   auto Load = [&](SregUse U) -> std::string {
     if (U.Base == "%nctaid")
@@ -709,26 +712,47 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                     ".reg .b32 %__tly_t<4>;\n"
                     ".reg .b64 %__tly_ctrl;\n"
                     ".reg .pred %__tly_lead, %__tly_p0;\n"
-                    ".shared .align 16 .b32 __tly_slot[5];\n" + LeaderText +
+                    ".shared .align 16 .b32 __tly_slot[7];\n" + LeaderText +
                     "@%__tly_lead st.shared.u32 [__tly_slot+16], 0;\n"
+                    "@%__tly_lead st.shared.u32 [__tly_slot+24], 0;\n"
                     // Claim: thread 0 of the block leaves when preempted or
                     // when no block is left.
                     "$__tly_claim:\n" + LeaderText +
                     "@!%__tly_lead bra $__tly_wait;\n"
                     "mov.u32 %__tly_t3, -1;\n"
+                    // Blocks left in the chunk claimed last: no atomic, no
+                    // flag check (claimed blocks always run).
+                    "ld.shared.u32 %__tly_t0, [__tly_slot+24];\n"
+                    "setp.ne.u32 %__tly_p0, %__tly_t0, 0;\n"
+                    "@%__tly_p0 bra $__tly_take;\n"
                     "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
                     "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
                     "ld.volatile.global.u32 %__tly_t0, [%__tly_ctrl+4];\n"
                     "setp.ne.u32 %__tly_p0, %__tly_t0, 0;\n"
                     "@%__tly_p0 bra $__tly_publish;\n"
-                    "atom.global.add.u32 %__tly_t0, [%__tly_ctrl], 1;\n"
+                    "ld.param.u32 %__tly_t2, [__tly_chunk];\n"
+                    "max.u32 %__tly_t2, %__tly_t2, 1;\n"
+                    "atom.global.add.u32 %__tly_t0, [%__tly_ctrl], %__tly_t2;\n"
                     "ld.param.u32 %__tly_t1, [__tly_grid_x];\n"
-                    "ld.param.u32 %__tly_t2, [__tly_grid_y];\n"
-                    "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t2;\n"
-                    "ld.param.u32 %__tly_t2, [__tly_grid_z];\n"
-                    "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t2;\n"
+                    "ld.param.u32 %__tly_t3, [__tly_grid_y];\n"
+                    "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t3;\n"
+                    "ld.param.u32 %__tly_t3, [__tly_grid_z];\n"
+                    "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t3;\n"
+                    "mov.u32 %__tly_t3, -1;\n"
                     "setp.ge.u32 %__tly_p0, %__tly_t0, %__tly_t1;\n"
                     "@%__tly_p0 bra $__tly_publish;\n"
+                    // The chunk may run past the grid's end.
+                    "sub.u32 %__tly_t1, %__tly_t1, %__tly_t0;\n"
+                    "min.u32 %__tly_t2, %__tly_t2, %__tly_t1;\n"
+                    "st.shared.u32 [__tly_slot+20], %__tly_t0;\n"
+                    "st.shared.u32 [__tly_slot+24], %__tly_t2;\n"
+                    "$__tly_take:\n"
+                    "ld.shared.u32 %__tly_t0, [__tly_slot+20];\n"
+                    "ld.shared.u32 %__tly_t2, [__tly_slot+24];\n"
+                    "add.u32 %__tly_t1, %__tly_t0, 1;\n"
+                    "st.shared.u32 [__tly_slot+20], %__tly_t1;\n"
+                    "sub.u32 %__tly_t2, %__tly_t2, 1;\n"
+                    "st.shared.u32 [__tly_slot+24], %__tly_t2;\n"
                     "mov.u32 %__tly_t3, %__tly_t0;\n" +
                     Decode +
                     "$__tly_publish:\n"

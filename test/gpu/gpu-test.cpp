@@ -267,7 +267,7 @@ ArgPack originalArgs(const Instance &I) {
 
 /// Appends the extra parameters by role.
 void addExtras(ArgPack &P, const VariantRecord &V, const Spec &Sp, uint32_t Offset,
-               CUdeviceptr Ctrl) {
+               CUdeviceptr Ctrl, uint32_t Chunk = 1) {
   for (const ExtraParam &E : V.ExtraParams) {
     uint32_t U = 0;
     if (E.Role == "slice_offset")
@@ -278,6 +278,8 @@ void addExtras(ArgPack &P, const VariantRecord &V, const Spec &Sp, uint32_t Offs
       U = Sp.Grid[1];
     else if (E.Role == "grid_z")
       U = Sp.Grid[2];
+    else if (E.Role == "chunk")
+      U = Chunk;
     else if (E.Role == "control") {
       P.add(&Ctrl, 8);
       continue;
@@ -343,7 +345,7 @@ struct PtbStats {
 /// Runs the PTB variant to completion with \p Workers blocks, setting the
 /// preemption flag after a random delay on up to \p MaxPreempt launches.
 PtbStats runPtb(Device &D, Instance &I, const VariantRecord &V, unsigned Workers,
-                unsigned MaxPreempt, std::mt19937 &Rng) {
+                unsigned MaxPreempt, std::mt19937 &Rng, unsigned Chunk = 1) {
   CUfunction F = getFunction(D, V.Name);
   CUdeviceptr Ctrl;
   CK(cuMemAlloc(&Ctrl, 16));
@@ -354,7 +356,7 @@ PtbStats runPtb(Device &D, Instance &I, const VariantRecord &V, unsigned Workers
     CK(cuMemsetD32Async(Ctrl + 4, 0, 1, D.S));
     unsigned G[3] = {Workers, 1, 1};
     ArgPack P = originalArgs(I);
-    addExtras(P, V, *I.Sp, 0, Ctrl);
+    addExtras(P, V, *I.Sp, 0, Ctrl, Chunk);
     launch(D, F, G, *I.Sp, P, D.S);
     bool Preempt = St.Preempted < MaxPreempt;
     if (Preempt) {
@@ -436,15 +438,17 @@ int correctness(Device &D, const Metadata &Meta, const std::string &Only, uint32
         if (Quick)
           Workers = {2, Workers.back()};
         for (unsigned W : Workers)
-          for (unsigned MaxPreempt : {0u, 6u}) {
-            resetBuffers(D, I);
-            PtbStats St = runPtb(D, I, V, W, MaxPreempt, Rng);
-            Preempts += St.Preempted;
-            OK &= compareOutputs(Ref, readOutputs(D, I),
-                                 V.Name + " workers=" + std::to_string(W) +
-                                     " preemptions=" + std::to_string(St.Preempted));
-            ++Ptbs, ++Runs;
-          }
+          for (unsigned MaxPreempt : {0u, 6u})
+            for (unsigned Chunk : {1u, 3u}) {
+              resetBuffers(D, I);
+              PtbStats St = runPtb(D, I, V, W, MaxPreempt, Rng, Chunk);
+              Preempts += St.Preempted;
+              OK &= compareOutputs(Ref, readOutputs(D, I),
+                                   V.Name + " workers=" + std::to_string(W) + " chunk=" +
+                                       std::to_string(Chunk) + " preemptions=" +
+                                       std::to_string(St.Preempted));
+              ++Ptbs, ++Runs;
+            }
       }
     }
     std::printf("%-26s %6llu %8u %8u %10u %s\n", Sp.Kernel.c_str(),
@@ -490,9 +494,9 @@ template <typename FnT> double timeIt(Device &D, unsigned Reps, FnT Fn) {
 }
 
 int bench(Device &D, const Metadata &Meta, const std::string &Only) {
-  std::printf("%-26s %8s %10s %10s %8s %10s %8s\n", "kernel", "blocks", "orig_us", "slice_us",
-              "ratio", "ptb_us", "ratio");
-  std::vector<double> SliceRatios, PtbRatios;
+  std::printf("%-26s %8s %10s %10s %8s %10s %8s %6s %8s\n", "kernel", "blocks", "orig_us",
+              "slice_us", "ratio", "ptb_us", "ratio", "chunk", "ratio");
+  std::vector<double> SliceRatios, PtbRatios, PtbChunkRatios;
   for (const Spec &Sp : suite(64)) {
     if (!Only.empty() && Sp.Kernel != Only)
       continue;
@@ -504,7 +508,8 @@ int bench(Device &D, const Metadata &Meta, const std::string &Only) {
     Instance I = prepare(D, Sp, 1);
     resetBuffers(D, I);
     double Orig = timeIt(D, 30, [&] { runOriginal(D, I); });
-    double SliceT = 0, PtbT = 0;
+    double SliceT = 0, PtbT = 0, PtbChunkT = 0;
+    unsigned Chunk = 1;
     CUdeviceptr Ctrl;
     CK(cuMemAlloc(&Ctrl, 16));
     for (const VariantRecord &V : K->Variants) {
@@ -513,23 +518,32 @@ int bench(Device &D, const Metadata &Meta, const std::string &Only) {
       } else if (V.Kind == "ptb") {
         unsigned W = occupancyWorkers(D, V, Sp);
         CUfunction F = getFunction(D, V.Name);
-        PtbT = timeIt(D, 30, [&] {
-          CK(cuMemsetD32Async(Ctrl, 0, 4, D.S));
-          unsigned G[3] = {W, 1, 1};
-          ArgPack P = originalArgs(I);
-          addExtras(P, V, Sp, 0, Ctrl);
-          launch(D, F, G, Sp, P, D.S);
-        });
+        auto Run = [&](unsigned Chunk) {
+          return timeIt(D, 30, [&] {
+            CK(cuMemsetD32Async(Ctrl, 0, 4, D.S));
+            unsigned G[3] = {W, 1, 1};
+            ArgPack P = originalArgs(I);
+            addExtras(P, V, Sp, 0, Ctrl, Chunk);
+            launch(D, F, G, Sp, P, D.S);
+          });
+        };
+        PtbT = Run(1);
+        // A chunk of blocks per claim, so each worker claims about 4 times.
+        Chunk = (unsigned)std::max<uint64_t>(1, I.Blocks / (uint64_t(W) * 4));
+        PtbChunkT = Chunk > 1 ? Run(Chunk) : PtbT;
       }
     }
     CK(cuMemFree(Ctrl));
     if (SliceT > 0)
       SliceRatios.push_back(SliceT / Orig);
-    if (PtbT > 0)
+    if (PtbT > 0) {
       PtbRatios.push_back(PtbT / Orig);
-    std::printf("%-26s %8llu %10.1f %10.1f %8.3f %10.1f %8.3f\n", Sp.Kernel.c_str(),
+      PtbChunkRatios.push_back(PtbChunkT / Orig);
+    }
+    std::printf("%-26s %8llu %10.1f %10.1f %8.3f %10.1f %8.3f %6u %8.3f\n", Sp.Kernel.c_str(),
                 (unsigned long long)I.Blocks, Orig * 1e3, SliceT * 1e3,
-                SliceT > 0 ? SliceT / Orig : 0.0, PtbT * 1e3, PtbT > 0 ? PtbT / Orig : 0.0);
+                SliceT > 0 ? SliceT / Orig : 0.0, PtbT * 1e3, PtbT > 0 ? PtbT / Orig : 0.0,
+                Chunk, PtbChunkT > 0 ? PtbChunkT / Orig : 0.0);
     freeInstance(I);
   }
   if (!SliceRatios.empty())
@@ -538,6 +552,10 @@ int bench(Device &D, const Metadata &Meta, const std::string &Only) {
   if (!PtbRatios.empty())
     std::printf("ptb/original:   median %.3f, p95 %.3f, max %.3f\n", median(PtbRatios),
                 percentile(PtbRatios, 95), percentile(PtbRatios, 100));
+  if (!PtbChunkRatios.empty())
+    std::printf("ptb (chunked claims)/original: median %.3f, p95 %.3f, max %.3f\n",
+                median(PtbChunkRatios), percentile(PtbChunkRatios, 95),
+                percentile(PtbChunkRatios, 100));
 
   // Preemption latency: a PTB kernel with many short logical blocks runs;
   // after a random delay the host sets the flag with cuStreamWriteValue32 on

@@ -15,8 +15,9 @@
 //     mov.u32 %r1, %__tly_ctaid_x;
 //
 // PTB: a worker loop around the body. Thread 0 checks the preemption flag,
-// claims the next logical block from a global counter and publishes its
-// index and decoded coordinates in shared memory; a barrier; every thread
+// claims the next chunk of logical blocks (the `__tly_chunk` parameter, at
+// least 1) from a global counter, and publishes each block's index and
+// decoded coordinates in shared memory in turn; a barrier; every thread
 // reads them (%ctaid reads become shared loads); the body runs with the
 // unified synchronisation rewrite; the last barrier of the body tells the
 // leader that the block is done; loop. A worker leaving adds the number of
