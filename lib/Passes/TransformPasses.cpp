@@ -59,7 +59,7 @@ public:
   Error run(Module &M, PassContext &Ctx) override {
     ModuleInfo MI(M);
     for (const KernelInfo *K : originalKernels(MI)) {
-      Legality L = checkLegality(M, MI, *K);
+      Legality L = checkLegality(*K);
       Ctx.Out << "kernel " << K->Own.F->Name << '\n';
       Ctx.Out << "  slice: "
               << (L.SliceOK ? "ok" : "rejected: " + L.SliceReason) << '\n';
@@ -94,7 +94,7 @@ public:
         addReason(R, Kind, "the module already has " + getVariantName(F.Name, Kind));
         continue;
       }
-      Legality L = checkLegality(M, MI, *K);
+      Legality L = checkLegality(*K);
       addNotes(R, L);
       bool OK = Kind == "slice" ? L.SliceOK : L.PtbOK;
       if (!OK) {
@@ -125,7 +125,7 @@ public:
     ModuleInfo MI(M);
     RewriteStats Stats;
     for (const KernelInfo *K : originalKernels(MI)) {
-      Legality L = checkLegality(M, MI, *K);
+      Legality L = checkLegality(*K);
       if (!L.PtbOK) {
         Ctx.count("unify-sync.skipped");
         continue;

@@ -55,8 +55,7 @@ struct Verdict {
 };
 } // namespace
 
-Legality checkLegality(const Module &M, const ModuleInfo &MI,
-                       const KernelInfo &K) {
+Legality checkLegality(const KernelInfo &K) {
   Legality L;
   Verdict V{L};
   const Function &F = *K.Own.F;
@@ -200,8 +199,6 @@ Legality checkLegality(const Module &M, const ModuleInfo &MI,
       if (C.Callee == "__assertfail" || C.Callee == "vprintf")
         if (!is_contained(L.Notes, "calls " + C.Callee.str()))
           L.Notes.push_back("calls " + C.Callee.str());
-  (void)M;
-  (void)MI;
   return L;
 }
 

@@ -37,7 +37,8 @@ struct Legality {
   /// PTB: the hardware barrier the variant uses for its own barriers and for
   /// the kernel's full-block barriers (folded onto it).
   unsigned BarrierId = 0;
-  /// The kernel (or a callee) uses bar.red/barrier.red without thread count.
+  /// The kernel uses bar.red/barrier.red without thread count (shown by
+  /// print<legality>; the rewrite decides per routed barrier).
   bool HasReductionBarriers = false;
   /// PTB: for each `bar`/`barrier` instruction of the kernel, in statement
   /// order, whether it must be routed through the convergence block (see
@@ -57,8 +58,7 @@ struct Legality {
 /// Position of the barrier-id operand of a block barrier instruction.
 unsigned getBarrierIdOperand(const ptx::Instruction &I);
 
-Legality checkLegality(const ptx::Module &M, const ModuleInfo &MI,
-                       const KernelInfo &K);
+Legality checkLegality(const KernelInfo &K);
 
 } // namespace tally
 
