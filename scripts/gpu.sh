@@ -22,8 +22,13 @@ echo "== a program linked from an object file tally-opt rewrote"
 $D/app | tee "$OUT/app.txt"
 $D/app.tally | tee "$OUT/app.tally.txt"
 cuobjdump -lelf -lptx $D/app.tally | tee "$OUT/app.tally.cuobjdump.txt"
-if cmp -s "$OUT/app.txt" "$OUT/app.tally.txt"; then app="same output"; else app="DIFFERENT OUTPUT"; fi
-echo "app vs app.tally: $app"
+$D/app.exe.tally | tee "$OUT/app.exe.tally.txt"
+if cmp -s "$OUT/app.txt" "$OUT/app.tally.txt" && cmp -s "$OUT/app.txt" "$OUT/app.exe.tally.txt"; then
+  app="same output"
+else
+  app="DIFFERENT OUTPUT"
+fi
+echo "app vs app.tally (object rewritten) vs app.exe.tally (executable rewritten): $app"
 
 echo "== the CMake example (tally_transform())"
 $D/cmake-example | tee "$OUT/cmake-example.txt"
@@ -71,7 +76,7 @@ echo
 echo "| check | result |"
 echo "| --- | --- |"
 echo "| correctness (exit $corr) | $(tail -1 "$OUT/correctness.txt") |"
-echo "| rewritten object, linked and run | $app |"
+echo "| rewritten object linked, rewritten executable, run | $app |"
 for tool in memcheck racecheck synccheck; do
   echo "| compute-sanitizer $tool (variant-only findings: ${san[$tool]}) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.txt" | tail -1); flagged: $(tr '\n' ' ' <"$OUT/flagged-$tool.txt") |"
 done

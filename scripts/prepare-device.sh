@@ -19,6 +19,8 @@ build/bin/tally-opt -q .carry/app.o -o .carry/app.tally.o --metadata .carry/app.
 nvcc -arch=sm_90a .carry/app.o -o .carry/app
 nvcc -arch=sm_90a .carry/app.tally.o -o .carry/app.tally
 rm .carry/app.o .carry/app.tally.o
+# The linked program itself rewritten (its fatbin grows: a new segment).
+build/bin/tally-opt -q .carry/app -o .carry/app.exe.tally
 # The CMake example, built against the installed package.
 rm -rf build/example-install build/example
 cmake --install build --prefix build/example-install >/dev/null

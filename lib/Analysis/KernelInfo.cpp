@@ -58,6 +58,27 @@ static unsigned getParamAlign(const VarDecl &P) {
   return 0;
 }
 
+std::vector<ParamInfo> getParamLayout(const Function &F, uint64_t &Bytes) {
+  std::vector<ParamInfo> Params;
+  uint64_t Offset = 0;
+  for (const VarDecl &P : F.Params) {
+    if (P.Decls.empty())
+      continue;
+    ParamInfo PI;
+    PI.Name = P.Decls.front().Name;
+    PI.Type = P.getType();
+    PI.Size = getDeclSize(P, P.Decls.front());
+    unsigned Align = getParamAlign(P);
+    PI.Align = Align ? Align : std::max(1u, getTypeSize(PI.Type));
+    Offset = alignTo(Offset, PI.Align);
+    PI.Offset = Offset;
+    Offset += PI.Size;
+    Params.push_back(PI);
+  }
+  Bytes = Offset;
+  return Params;
+}
+
 static BarrierScope classifyBarrier(const Instruction &I, bool &IsBarrier) {
   StringRef Base = I.getBaseOpcode();
   IsBarrier = Base == "bar" || Base == "barrier";
@@ -86,22 +107,7 @@ static std::unique_ptr<FunctionInfo>
 analyzeFunction(Function &F, const StringSet<> &ModuleSymbols) {
   auto FI = std::make_unique<FunctionInfo>();
   FI->F = &F;
-  uint64_t Offset = 0;
-  for (const VarDecl &P : F.Params) {
-    if (P.Decls.empty())
-      continue;
-    ParamInfo PI;
-    PI.Name = P.Decls.front().Name;
-    PI.Type = P.getType();
-    PI.Size = getDeclSize(P, P.Decls.front());
-    unsigned Align = getParamAlign(P);
-    PI.Align = Align ? Align : std::max(1u, getTypeSize(PI.Type));
-    Offset = alignTo(Offset, PI.Align);
-    PI.Offset = Offset;
-    Offset += PI.Size;
-    FI->Params.push_back(PI);
-  }
-  FI->ParamBytes = Offset;
+  FI->Params = getParamLayout(F, FI->ParamBytes);
   if (!F.Body)
     return FI;
 

@@ -63,6 +63,21 @@ Error embedMetadata(ptx::Module &M, StringRef YAML) {
   return Error::success();
 }
 
+/// ptxas rejected a transformed module: if it rejects the input too, say so
+/// with the input's name and lines; otherwise it is a Tally bug.
+Error explainPtxasFailure(Error E, StringRef Original, StringRef Name, StringRef Arch,
+                          StringRef Ptxas) {
+  auto R = runPtxas(Ptxas, Original, Arch, /*Relocatable=*/true, Name);
+  if (!R) {
+    consumeError(std::move(E));
+    return error(Name + ": the input does not compile with ptxas (" + Arch + "):\n" +
+                 toString(R.takeError()));
+  }
+  return error(Name + ": internal error: ptxas accepts the input but rejects its "
+                      "transformed form; please report this with the input:\n" +
+               toString(std::move(E)));
+}
+
 /// One PTX module through the pipeline, ptxas and the register budget.
 struct ModuleOutput {
   std::string Text;
@@ -104,7 +119,7 @@ Expected<ModuleOutput> compileModule(StringRef Text, StringRef Name,
     if (B.Arch.empty())
       return error(Name + ": no .target in the module; pass --arch");
     if (Error E = applyRegisterBudget(**M, Ctx.Meta, B))
-      return std::move(E);
+      return explainPtxasFailure(std::move(E), Text, Name, B.Arch, B.Ptxas);
   }
   if (Out.HasVariants && O.EmbedMetadata)
     if (Error E = embedMetadata(**M, Ctx.Meta.toYAML()))
@@ -220,7 +235,7 @@ Error transformFatbin(FatbinFile &F, StringRef Name, const CompileOptions &O,
       std::string Arch = Old.archName();
       auto Res = runPtxas(*Ptxas, Mod->Text, Arch, isRelocatableELF(Old.Payload));
       if (!Res) {
-        Err = Res.takeError();
+        Err = explainPtxasFailure(Res.takeError(), *Text, EntryName, Arch, *Ptxas);
         break;
       }
       // The original kernels must keep their machine code.

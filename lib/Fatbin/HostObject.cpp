@@ -2,7 +2,8 @@
 //
 // Reads fatbin sections and wrapper records with LLVM's ELFFile, resolving
 // each wrapper's fatbin pointer through the relocation that sets it, and
-// writes a replacement fatbin back, in place or through LLVM's objcopy.
+// writes a replacement fatbin back: in place, through LLVM's objcopy
+// (relocatable objects), or appended to a linked file (appendSection()).
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +20,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <cstddef>
+#include <cstring>
 #include <map>
 
 using namespace llvm;
@@ -116,6 +119,9 @@ struct HostELF {
 struct Resolved {
   uint64_t Value = 0;
   std::optional<unsigned> SymbolSection; // st_shndx, relocatable files only
+  uint64_t RecordOffset = 0;             // file offset of the Rel/Rela
+  uint32_t Type = 0;
+  bool IsRela = false;
 };
 
 } // namespace
@@ -173,6 +179,10 @@ static Error resolveWrapperRelocations(const HostELF &H, size_t SegIndex,
         }
       }
       Res.Value = uint64_t(A) + (Sym ? uint64_t(Sym->st_value) : 0);
+      // The records are read in place, so this is their file offset.
+      Res.RecordOffset = reinterpret_cast<const char *>(&R) - H.Data.data();
+      Res.Type = Type;
+      Res.IsRela = Addend.has_value();
       if (Relocatable && Sym && Sym->st_shndx != ELF::SHN_UNDEF &&
           Sym->st_shndx < ELF::SHN_LORESERVE)
         Res.SymbolSection = Sym->st_shndx;
@@ -238,6 +248,9 @@ static Error readWrappers(const HostELF &H, size_t SegIndex,
     if (auto It = Relocs.find(Off + 8); It != Relocs.end()) {
       W.FatbinPointer = It->second.Value;
       W.PointerFromRelocation = true;
+      W.PointerRelocationOffset = Opts.BaseOffset + It->second.RecordOffset;
+      W.PointerRelocationType = It->second.Type;
+      W.PointerRelocationIsRela = It->second.IsRela;
       TargetSection = It->second.SymbolSection;
     }
     if (auto It = Relocs.find(Off + 16); It != Relocs.end())
@@ -320,10 +333,226 @@ Expected<HostFatbins> readHostFatbins(MemoryBufferRef Buf,
   return std::move(Result);
 }
 
-Expected<std::string>
-replaceFatbinSection(MemoryBufferRef Buf, StringRef SectionName,
-                     StringRef NewContents,
-                     ArrayRef<uint64_t> ContainerOffsets) {
+// Grow section \p Index of a linked file by appending \p NewContents at the
+// end of the file, mapped by a PT_NOTE program header turned into a PT_LOAD,
+// and re-point the section header, the wrappers (in-file value and dynamic
+// relocation) and the symbols that pointed into the old bytes. \p NewOffsets
+// gives, for each wrapper of \p Old that points into the section (by index
+// into Old.Wrappers), the section offset it must point to afterwards.
+// \p Moves maps old section offsets of containers to new ones (for symbols).
+static Expected<std::string>
+appendSection(const HostELF &H, size_t Index, StringRef SectionName,
+              const HostFatbins &Old, StringRef NewContents,
+              ArrayRef<std::pair<size_t, uint64_t>> NewOffsets,
+              const std::map<uint64_t, uint64_t> &Moves) {
+  using Elf_Phdr = ELFT::Phdr;
+  using Elf_Sym = ELFT::Sym;
+  const auto &Hdr = H.File->getHeader();
+  const Elf_Shdr &Sec = H.Sections[Index];
+  constexpr uint64_t PageSize = 0x1000;
+
+  if (Hdr.e_machine != ELF::EM_X86_64)
+    return H.err(0x12, formatv("growing {0} of a linked file is only "
+                               "supported for x86-64 (e_machine {1})",
+                               SectionName, uint16_t(Hdr.e_machine))
+                           .str());
+  if (Hdr.e_phnum == 0 || Hdr.e_phentsize != sizeof(Elf_Phdr))
+    return H.err(Hdr.e_phoff,
+                 formatv("program header table ({0} entries of {1} bytes) "
+                         "cannot be rewritten",
+                         uint16_t(Hdr.e_phnum), uint16_t(Hdr.e_phentsize))
+                     .str());
+  auto PhdrsOrErr = H.File->program_headers();
+  if (!PhdrsOrErr)
+    return H.err(Hdr.e_phoff, "invalid program header table: " +
+                                  toString(PhdrsOrErr.takeError()));
+  ArrayRef<Elf_Phdr> Phdrs = *PhdrsOrErr;
+  auto PhdrOffset = [&](size_t I) {
+    return uint64_t(Hdr.e_phoff) + I * sizeof(Elf_Phdr);
+  };
+
+  // Where the new segment can go: above every segment, congruent to its
+  // file offset modulo the largest PT_LOAD alignment.
+  uint64_t SecAlign = std::max<uint64_t>(Sec.sh_addralign, 8);
+  if (!isPowerOf2_64(SecAlign) || SecAlign > (uint64_t(1) << 30))
+    return H.err(H.headerOffset(Index),
+                 formatv("section {0} has unsupported alignment {1}",
+                         SectionName, uint64_t(Sec.sh_addralign))
+                     .str());
+  uint64_t Align = std::max(PageSize, SecAlign);
+  uint64_t MaxEnd = 0;
+  std::optional<size_t> Note, LastLoad;
+  std::optional<std::pair<uint64_t, uint64_t>> Property;
+  for (size_t I = 0; I < Phdrs.size(); ++I) {
+    const Elf_Phdr &P = Phdrs[I];
+    if (P.p_type == ELF::PT_NULL)
+      continue;
+    if (P.p_vaddr > UINT64_MAX - P.p_memsz)
+      return H.err(PhdrOffset(I), "program header: segment end overflows");
+    MaxEnd = std::max<uint64_t>(MaxEnd, P.p_vaddr + P.p_memsz);
+    if (P.p_type == ELF::PT_LOAD) {
+      LastLoad = I;
+      if (P.p_align > 1 && !isPowerOf2_64(P.p_align))
+        return H.err(PhdrOffset(I),
+                     formatv("PT_LOAD alignment {0:x} is not a power of 2",
+                             uint64_t(P.p_align))
+                         .str());
+      if (P.p_align > (uint64_t(1) << 30))
+        return H.err(
+            PhdrOffset(I),
+            formatv("PT_LOAD alignment {0:x} is too large", uint64_t(P.p_align))
+                .str());
+      Align = std::max<uint64_t>(Align, P.p_align);
+    } else if (P.p_type == ELF::PT_GNU_PROPERTY) {
+      Property.emplace(P.p_offset, P.p_filesz);
+    }
+  }
+  // Prefer the last PT_NOTE that does not cover .note.gnu.property (the
+  // kernel and loader find properties through PT_GNU_PROPERTY, but older
+  // loaders looked at PT_NOTE): usually the build-id / ABI-tag one.
+  for (size_t I = 0; I < Phdrs.size(); ++I) {
+    const Elf_Phdr &P = Phdrs[I];
+    if (P.p_type != ELF::PT_NOTE)
+      continue;
+    bool HasProperty = Property && P.p_offset <= Property->first &&
+                       Property->first - P.p_offset < P.p_filesz;
+    if (!Note || !HasProperty)
+      Note = I;
+  }
+  // A section that a previous rewrite put at the end of the file, alone in
+  // the highest PT_LOAD, is grown where it is.
+  std::optional<size_t> Reuse;
+  for (size_t I = 0; I < Phdrs.size(); ++I) {
+    const Elf_Phdr &P = Phdrs[I];
+    if (P.p_type == ELF::PT_LOAD && P.p_offset == Sec.sh_offset &&
+        P.p_vaddr == Sec.sh_addr && P.p_filesz == Sec.sh_size &&
+        P.p_memsz == Sec.sh_size && P.p_vaddr + P.p_memsz == MaxEnd &&
+        Sec.sh_offset + Sec.sh_size == H.Data.size())
+      Reuse = I;
+  }
+  if (!Note && !Reuse)
+    return H.err(Hdr.e_phoff,
+                 "cannot grow " + SectionName +
+                     ": the program header table has no PT_NOTE entry to "
+                     "turn into a PT_LOAD for the new contents");
+  if (!LastLoad)
+    return H.err(Hdr.e_phoff, "cannot grow " + SectionName +
+                                  ": the file has no PT_LOAD segment");
+
+  uint64_t NewSize = NewContents.size();
+  uint64_t FileSize = H.Data.size();
+  uint64_t Limit = uint64_t(1) << 47; // user address space, file size
+  if (FileSize > Limit || NewSize > Limit || MaxEnd > Limit)
+    return H.err(Hdr.e_phoff, "cannot grow " + SectionName +
+                                  ": file or address space too large");
+  uint64_t FileOff = alignTo(FileSize, Align);
+  uint64_t VAddr = alignTo(MaxEnd, Align) + FileOff % Align;
+  if (Reuse) {
+    FileOff = Sec.sh_offset;
+    VAddr = Sec.sh_addr;
+  }
+  uint64_t OldAddr = Sec.sh_addr;
+
+  std::string Out = H.Data.str();
+  Out.resize(FileOff, '\0');
+  Out.append(NewContents.begin(), NewContents.end());
+  char *O = Out.data();
+
+  if (Reuse) {
+    Elf_Phdr P = Phdrs[*Reuse];
+    P.p_filesz = NewSize;
+    P.p_memsz = NewSize;
+    std::memcpy(O + PhdrOffset(*Reuse), &P, sizeof(P));
+  } else {
+    // The new segment, kept after the last PT_LOAD so the PT_LOADs stay
+    // sorted by address.
+    Elf_Phdr P = Phdrs[*Note];
+    P.p_type = ELF::PT_LOAD;
+    P.p_flags = ELF::PF_R;
+    P.p_offset = FileOff;
+    P.p_vaddr = VAddr;
+    P.p_paddr = VAddr;
+    P.p_filesz = NewSize;
+    P.p_memsz = NewSize;
+    P.p_align = Align;
+    size_t Dest = *Note;
+    if (*Note < *LastLoad) {
+      // Shift the entries after the note up by one.
+      std::memmove(O + PhdrOffset(*Note), O + PhdrOffset(*Note + 1),
+                   (*LastLoad - *Note) * sizeof(Elf_Phdr));
+      Dest = *LastLoad;
+    }
+    std::memcpy(O + PhdrOffset(Dest), &P, sizeof(P));
+  }
+
+  // The section header now describes the new bytes; the old ones stay, unused.
+  {
+    Elf_Shdr S = Sec;
+    S.sh_offset = FileOff;
+    S.sh_addr = VAddr;
+    S.sh_size = NewSize;
+    std::memcpy(O + H.headerOffset(Index), &S, sizeof(S));
+  }
+
+  // Wrappers: the dynamic relocation's addend and the value in the file.
+  uint32_t Relative = H.File->getRelativeRelocationType();
+  for (const auto &[WI, NewOff] : NewOffsets) {
+    const FatbinWrapper &W = Old.Wrappers[WI];
+    uint64_t Field = W.FileOffset + 8;
+    uint64_t Ptr = VAddr + NewOff;
+    uint64_t InFile = endian::read64le(H.Data.data() + Field);
+    bool WriteField = true;
+    if (W.PointerRelocationOffset) {
+      uint64_t R = *W.PointerRelocationOffset;
+      if (W.PointerRelocationType != Relative)
+        return H.err(R, formatv("fatbin wrapper at {0:x} is set by a "
+                                "relocation of type {1}, not a relative "
+                                "one; cannot re-point it",
+                                W.FileOffset, W.PointerRelocationType)
+                            .str());
+      if (W.PointerRelocationIsRela) {
+        endian::write64le(O + R + 16, Ptr);
+        // With RELA the loader ignores the field; GNU ld writes the value
+        // there too, keep that.
+        WriteField = InFile == W.FatbinPointer;
+      }
+    }
+    if (WriteField)
+      endian::write64le(O + Field, Ptr);
+  }
+
+  // Symbols in the section (e.g. the local `fatbinData`), for tools.
+  uint64_t OldSize = Sec.sh_size;
+  for (size_t I = 0; I < H.Sections.size(); ++I) {
+    const Elf_Shdr &SymSec = H.Sections[I];
+    if (SymSec.sh_type != ELF::SHT_SYMTAB && SymSec.sh_type != ELF::SHT_DYNSYM)
+      continue;
+    auto SymsOrErr = H.File->symbols(&SymSec);
+    if (!SymsOrErr)
+      return H.err(H.headerOffset(I),
+                   "invalid symbol table: " + toString(SymsOrErr.takeError()));
+    for (const Elf_Sym &Sym : *SymsOrErr) {
+      if (Sym.st_shndx != Index || Sym.st_value < OldAddr ||
+          Sym.st_value - OldAddr > OldSize)
+        continue;
+      uint64_t Off = Sym.st_value - OldAddr;
+      if (auto It = Moves.find(Off); It != Moves.end())
+        Off = It->second;
+      if (Off > NewSize)
+        continue;
+      uint64_t SymOff = reinterpret_cast<const char *>(&Sym) - H.Data.data();
+      endian::write64le(O + SymOff + offsetof(Elf_Sym, st_value), VAddr + Off);
+    }
+  }
+  return std::move(Out);
+}
+
+// Replace the contents of a section. \p Moves maps the old section offsets of
+// containers that wrappers point to onto new ones (default: they stay).
+static Expected<std::string>
+replaceSection(MemoryBufferRef Buf, StringRef SectionName,
+               StringRef NewContents, ArrayRef<uint64_t> ContainerOffsets,
+               const std::map<uint64_t, uint64_t> &Moves) {
   HostELF H;
   if (Error E = H.open(Buf.getBuffer(), 0))
     return std::move(E);
@@ -349,18 +578,27 @@ replaceFatbinSection(MemoryBufferRef Buf, StringRef SectionName,
   Expected<HostFatbins> Old = readHostFatbins(Buf);
   if (!Old)
     return Old.takeError();
-  for (const FatbinWrapper &W : Old->Wrappers) {
+  std::vector<std::pair<size_t, uint64_t>> NewOffsets;
+  bool Moved = false;
+  for (size_t WI = 0; WI < Old->Wrappers.size(); ++WI) {
+    const FatbinWrapper &W = Old->Wrappers[WI];
     if (!W.SectionIndex || Old->Sections[*W.SectionIndex].Index != *Index)
       continue;
-    if (!is_contained(ContainerOffsets, W.SectionOffset))
+    uint64_t NewOff = W.SectionOffset;
+    if (auto It = Moves.find(NewOff); It != Moves.end())
+      NewOff = It->second;
+    if (!is_contained(ContainerOffsets, NewOff))
       return makeFormatError(
           W.FileOffset, formatv("fatbin wrapper points to offset {0:x} of {1}, "
                                 "where the new contents start no container",
                                 W.SectionOffset, SectionName)
                             .str());
+    Moved |= NewOff != W.SectionOffset;
+    NewOffsets.emplace_back(WI, NewOff);
   }
 
-  if (NewContents.size() <= Sec.sh_size) {
+  uint16_t Type = H.File->getHeader().e_type;
+  if (NewContents.size() <= Sec.sh_size && !Moved) {
     std::string Out = Buf.getBuffer().str();
     std::copy(NewContents.begin(), NewContents.end(),
               Out.begin() + Sec.sh_offset);
@@ -369,13 +607,22 @@ replaceFatbinSection(MemoryBufferRef Buf, StringRef SectionName,
     return std::move(Out);
   }
 
-  if (H.File->getHeader().e_type != ELF::ET_REL)
-    return H.err(H.headerOffset(*Index),
-                 formatv("new contents of {0} ({1} bytes) do not fit the "
-                         "section ({2} bytes); growing a section of a linked "
-                         "file is not supported",
-                         SectionName, NewContents.size(), Sec.sh_size)
-                     .str());
+  if (Type == ELF::ET_EXEC || Type == ELF::ET_DYN) {
+    if (Sec.sh_type == ELF::SHT_NOBITS || !(Sec.sh_flags & ELF::SHF_ALLOC) ||
+        Sec.sh_addr == 0)
+      return H.err(H.headerOffset(*Index),
+                   "section " + SectionName +
+                       " of a linked file is not loaded; cannot move it");
+    return appendSection(H, *Index, SectionName, *Old, NewContents, NewOffsets,
+                         Moves);
+  }
+  if (Type != ELF::ET_REL)
+    return H.err(0x10, formatv("cannot grow {0} in an ELF file of type {1}",
+                               SectionName, Type)
+                           .str());
+  if (Moved)
+    return createStringError("cannot move the containers of " + SectionName +
+                             " in a relocatable object");
 
   // Relocatable object: let objcopy re-lay the file. Relocations refer to
   // symbols plus offsets into the section, which stay valid.
@@ -398,6 +645,13 @@ replaceFatbinSection(MemoryBufferRef Buf, StringRef SectionName,
                              toString(std::move(E)));
   OS.flush();
   return std::move(Out);
+}
+
+Expected<std::string>
+replaceFatbinSection(MemoryBufferRef Buf, StringRef SectionName,
+                     StringRef NewContents,
+                     ArrayRef<uint64_t> ContainerOffsets) {
+  return replaceSection(Buf, SectionName, NewContents, ContainerOffsets, {});
 }
 
 Expected<std::string> updateFatbinSection(MemoryBufferRef Buf,
@@ -443,6 +697,12 @@ Expected<std::string> updateFatbinSection(MemoryBufferRef Buf,
       return Offsets[P.first] == P.second;
     });
   };
+  auto Replace = [&](const SmallVectorImpl<char> &Out,
+                     ArrayRef<uint64_t> Offsets,
+                     const std::map<uint64_t, uint64_t> &Moves) {
+    return replaceSection(Buf, SectionName, StringRef(Out.data(), Out.size()),
+                          Offsets, Moves);
+  };
 
   SmallVector<char, 0> Out;
   std::vector<uint64_t> Offsets;
@@ -450,16 +710,21 @@ Expected<std::string> updateFatbinSection(MemoryBufferRef Buf,
     return std::move(E);
   bool Relocatable = Old->ELFType == ELF::ET_REL;
   bool Grows = Out.size() > S->Size;
-  if (!Stays(Offsets) || (Grows && !Relocatable)) {
-    // Pad every container but the last to the distance between its old start
-    // and the old start of the next one.
-    const std::vector<FatbinContainer> &OldCs = S->Fatbin.Containers;
+  if (Stays(Offsets) && (!Grows || Relocatable))
+    return Replace(Out, Offsets, {});
+
+  // Pad every container but the last to the distance between its old start
+  // and the old start of the next one, so that the wrappers' targets stay.
+  const std::vector<FatbinContainer> &OldCs = S->Fatbin.Containers;
+  auto Pad = [&](SmallVectorImpl<char> &POut,
+                 std::vector<uint64_t> &POffsets) -> Error {
+    POffsets = Offsets;
     FatbinFile Padded = NewFatbin;
     for (size_t I = 0; I + 1 < Padded.Containers.size(); ++I) {
       if (I + 1 >= OldCs.size())
         break;
       uint64_t Want = OldCs[I + 1].Offset - OldCs[I].Offset;
-      uint64_t Have = Offsets[I + 1] - Offsets[I];
+      uint64_t Have = POffsets[I + 1] - POffsets[I];
       if (Have > Want)
         return createStringError(
             formatv("container {0} of {1} grows from {2} to {3} bytes and "
@@ -476,18 +741,32 @@ Expected<std::string> updateFatbinSection(MemoryBufferRef Buf,
                 .str());
       Padded.Containers[I].Entries.back().ExtraPadding += Want - Have;
       // Later offsets shift by the padding.
-      for (size_t J = I + 1; J < Offsets.size(); ++J)
-        Offsets[J] += Want - Have;
+      for (size_t J = I + 1; J < POffsets.size(); ++J)
+        POffsets[J] += Want - Have;
     }
-    if (Error E = Write(Padded, Out, Offsets))
-      return std::move(E);
-    if (!Stays(Offsets))
+    if (Error E = Write(Padded, POut, POffsets))
+      return E;
+    if (!Stays(POffsets))
       return createStringError("cannot lay out the new fatbin so that every "
                                "wrapper of " +
                                SectionName + " still points at its container");
-  }
-  return replaceFatbinSection(Buf, SectionName,
-                              StringRef(Out.data(), Out.size()), Offsets);
+    return Error::success();
+  };
+  SmallVector<char, 0> PaddedOut;
+  std::vector<uint64_t> PaddedOffsets;
+  Error PadErr = Pad(PaddedOut, PaddedOffsets);
+  if (!PadErr && (Relocatable || PaddedOut.size() <= S->Size))
+    return Replace(PaddedOut, PaddedOffsets, {});
+  if (Relocatable)
+    return std::move(PadErr);
+  consumeError(std::move(PadErr));
+
+  // Linked file: the plain layout goes at the end of the file, and each
+  // wrapper is re-pointed at its container's new offset.
+  std::map<uint64_t, uint64_t> Moves;
+  for (size_t I = 0; I < OldCs.size() && I < Offsets.size(); ++I)
+    Moves[OldCs[I].Offset - S->FileOffset] = Offsets[I];
+  return Replace(Out, Offsets, Moves);
 }
 
 } // namespace fatbin

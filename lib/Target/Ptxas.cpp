@@ -87,7 +87,7 @@ std::map<std::string, EntryReport, std::less<>> parsePtxasLog(StringRef Log) {
 }
 
 Expected<PtxasResult> runPtxas(StringRef Ptxas, StringRef Ptx, StringRef Arch,
-                               bool Relocatable) {
+                               bool Relocatable, StringRef DisplayName) {
   SmallString<128> In, Out, Log;
   if (std::error_code EC = sys::fs::createTemporaryFile("tally", "ptx", In))
     return errorCodeToError(EC);
@@ -116,6 +116,9 @@ Expected<PtxasResult> runPtxas(StringRef Ptxas, StringRef Ptx, StringRef Arch,
   PtxasResult R;
   if (auto B = MemoryBuffer::getFile(Log))
     R.Log = (*B)->getBuffer().str();
+  if (!DisplayName.empty())
+    for (size_t At; (At = R.Log.find(In.str())) != std::string::npos;)
+      R.Log.replace(At, In.size(), DisplayName.str());
   if (RC != 0)
     return createStringError(inconvertibleErrorCode(), "ptxas failed for %s%s%s:\n%s",
                              Arch.str().c_str(), ErrMsg.empty() ? "" : ": ",
@@ -283,6 +286,22 @@ Error applyRegisterBudget(ptx::Module &M, Metadata &Meta, const BudgetOptions &O
     }
   }
   Meta.finalize();
+  // Convergence-barrier functions no remaining variant calls go too.
+  llvm::erase_if(M.Items, [&](const ptx::TopItem &I) {
+    if (I.getKind() != ptx::TopItem::Kind::Function ||
+        !I.Func->Name.starts_with("__tly_conv_barrier"))
+      return false;
+    bool Called = false;
+    for (const ptx::TopItem &J : M.Items)
+      if (J.getKind() == ptx::TopItem::Kind::Function && J.Func->Body)
+        ptx::walkStmts(J.Func->Body->Body, [&](ptx::Stmt &S) {
+          if (auto *IS = dyn_cast<ptx::InstStmt>(&S))
+            for (const ptx::Operand &O : IS->I.Ops)
+              if (O.getSymbol() == I.Func->Name)
+                Called = true;
+        });
+    return !Called;
+  });
 
   for (KernelRecord &K : Meta.Kernels) {
     if (auto It = Final.Entries.find(K.Name); It != Final.Entries.end())

@@ -62,6 +62,10 @@ Legality checkLegality(const KernelInfo &K) {
 
   // Names we would add must be free.
   bool Clash = false;
+  for (const VarDecl &P : F.Params)
+    for (const Declarator &X : P.Decls)
+      if (X.Name.starts_with(ReservedPrefix))
+        Clash = true;
   walkStmts(F.Body->Body, [&](Stmt &S) {
     if (auto *IS = dyn_cast<InstStmt>(&S))
       for (const Operand &O : IS->I.Ops)

@@ -198,21 +198,9 @@ Function &addClone(Module &M, const Function &K, StringRef Kind) {
 }
 
 uint64_t paramBytes(const Function &F) {
-  uint64_t Off = 0;
-  for (const VarDecl &P : F.Params) {
-    if (P.Decls.empty())
-      continue;
-    unsigned Size = getTypeSize(P.getType());
-    uint64_t N = Size;
-    for (const TokenList &Dim : P.Decls.front().Dims) {
-      uint64_t D = 0;
-      if (Dim.size() == 1 && !Dim[0].Text.getAsInteger(0, D))
-        N *= D;
-    }
-    unsigned Align = P.getAlign() ? P.getAlign() : std::max(1u, Size);
-    Off = alignTo(Off, Align) + N;
-  }
-  return Off;
+  uint64_t Bytes = 0;
+  getParamLayout(F, Bytes);
+  return Bytes;
 }
 
 //===----------------------------------------------------------------------===//
@@ -294,8 +282,12 @@ public:
       if (!T.drop_front(Base.size()).getAsInteger(10, Idx) && Idx < Count)
         Hit = true;
     }
-    if (!Hit)
-      return T;
+    return Hit ? prefixed(T) : T;
+  }
+
+  /// \p T with this scope's prefix (a range's base is renamed as its
+  /// members are).
+  StringRef prefixed(StringRef T) {
     StringRef Sigil = (T.starts_with("%") || T.starts_with("$")) ? T.take_front(1) : "";
     return M.save((Sigil + "__tly_s" + Twine(Id) + "_" + T.drop_front(Sigil.size())).str());
   }
@@ -317,7 +309,7 @@ public:
           });
       } else if (auto *D = dyn_cast<DeclStmt>(S.get())) {
         for (Declarator &X : D->D.Decls) {
-          X.Name = rename(X.Name);
+          X.Name = X.Range ? prefixed(X.Name) : rename(X.Name);
           for (TokenList &Dim : X.Dims)
             Toks(Dim);
           Toks(X.Init);

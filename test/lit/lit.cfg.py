@@ -18,5 +18,9 @@ config.substitutions.append(("%corpus", os.path.join(
 if config.ptxas and os.path.exists(config.ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", config.ptxas))
+fatbinary = os.path.join(os.path.dirname(config.ptxas or ""), "fatbinary")
+if config.ptxas and os.path.exists(fatbinary):
+    config.available_features.add("fatbinary")
+    config.substitutions.append(("%fatbinary", fatbinary))
 if os.path.isdir(os.path.join(os.path.dirname(config.tally_src_root), "shared", "corpus")):
     config.available_features.add("corpus")

@@ -112,6 +112,17 @@ Error runTool(const Options &O) {
     return Error::success();
   }
 
+  // Binary output goes to a file: say so before any work is done.
+  if (O.Output.empty() && detectInputKind(Input.getBuffer()) != InputKind::PTX) {
+    auto P = parsePipeline(O.Passes);
+    bool OnlyPrinters = P && !P->empty() &&
+                        all_of(*P, [](const auto &Pass) { return Pass->isPrinter(); });
+    if (!P)
+      consumeError(P.takeError());
+    if (!OnlyPrinters)
+      return fileError(O.Input, "binary output needs -o FILE");
+  }
+
   CompileOptions C;
   C.Pipeline = O.Passes;
   C.UsePtxas = !O.NoPtxas;
@@ -135,9 +146,15 @@ Error runTool(const Options &O) {
       return fileError(O.Input, "binary output needs -o FILE");
     Output = "-";
   }
-  if (!Output.empty())
+  if (!Output.empty()) {
     if (Error E = writeOutput(Output, R->Output))
       return E;
+    // A rewritten executable or library stays executable.
+    if (Output != "-" && O.Input != "-" &&
+        detectInputKind(Input.getBuffer()) == InputKind::HostELF)
+      if (auto Perms = sys::fs::getPermissions(O.Input))
+        (void)sys::fs::setPermissions(Output, *Perms);
+  }
   if (!O.MetadataFile.empty())
     if (Error E = writeOutput(O.MetadataFile, R->Meta.toYAML()))
       return E;

@@ -32,6 +32,11 @@ struct ParamInfo {
   uint64_t Offset = 0; ///< In the parameter buffer, after alignment.
 };
 
+/// The parameter buffer layout of \p F as ptxas lays it out (each
+/// parameter at its alignment: its own `.align`, else its type's size);
+/// \p Bytes receives the total.
+std::vector<ParamInfo> getParamLayout(const ptx::Function &F, uint64_t &Bytes);
+
 enum class BarrierScope { Block, Warp, Cluster };
 
 struct BarrierSite {

@@ -44,8 +44,10 @@ llvm::Expected<std::string> findPtxas(llvm::StringRef Explicit = "");
 /// Compiles \p Ptx for \p Arch (`sm_90a`) with `-v`, as relocatable code
 /// (`-c`, which also accepts modules with external calls) or as an
 /// executable cubin.
+/// \p DisplayName replaces the temporary file's name in ptxas's messages.
 llvm::Expected<PtxasResult> runPtxas(llvm::StringRef Ptxas, llvm::StringRef Ptx,
-                                     llvm::StringRef Arch, bool Relocatable = true);
+                                     llvm::StringRef Arch, bool Relocatable = true,
+                                     llvm::StringRef DisplayName = "");
 
 /// Parses the `ptxas -v` log (exposed for tests).
 std::map<std::string, EntryReport, std::less<>> parsePtxasLog(llvm::StringRef Log);

@@ -7,11 +7,11 @@
 //
 //     mov.u32 %r1, %ctaid.x;
 //   becomes
-//     ld.param.u32 %__tly_t0, [__tly_slice_offset];
-//     mov.u32 %__tly_t1, %ctaid.x;
-//     add.u32 %__tly_t0, %__tly_t0, %__tly_t1;
-//     ld.param.u32 %__tly_t1, [__tly_grid_x];
-//     rem.u32 %__tly_ctaid_x, %__tly_t0, %__tly_t1;
+//     ld.param.u32 %__tly_s0, [__tly_slice_offset];
+//     mov.u32 %__tly_s1, %ctaid.x;
+//     add.u32 %__tly_s0, %__tly_s0, %__tly_s1;
+//     ld.param.u32 %__tly_s1, [__tly_grid_x];
+//     rem.u32 %__tly_ctaid_x, %__tly_s0, %__tly_s1;
 //     mov.u32 %r1, %__tly_ctaid_x;
 //
 // PTB: a worker loop around the body. Thread 0 checks the preemption flag,
@@ -19,28 +19,29 @@
 // least 1) from a global counter, and publishes each block's index and
 // decoded coordinates in shared memory in turn; a barrier; every thread
 // reads them (%ctaid reads become shared loads); the body runs with the
-// unified synchronisation rewrite; the last barrier of the body tells the
-// leader that the block is done; loop. A worker leaving adds the number of
-// blocks it finished to the done count in global memory.
+// unified synchronisation rewrite; all threads meet at the end of the body;
+// loop. A worker leaving adds the number of blocks it finished to the done
+// count in global memory.
 //
 // Control block (16 bytes of global memory, zeroed before the first launch
 // of a grid): [0] next logical block to claim, [4] preemption flag (nonzero:
 // leave before claiming), [8] finished logical blocks (complete when it
 // equals the grid's block count), [12] reserved.
 //
-// Unified synchronisation: `ret`/`exit` jump to a rendezvous loop whose
-// threads keep taking part in the block's barriers, and every full-block
-// barrier of the body becomes an instance of one hardware barrier that
-// counts the live threads, so threads that left and threads that wait never
-// mix and all threads leave the body together:
+// Unified synchronisation: `ret`/`exit` jump to a convergence block at the
+// end of the body. Barriers in block-uniform control flow that no thread
+// can reach after another returned stay as they are; the others are routed
+// through the convergence block, whose single barrier (in a function every
+// round calls) counts the live threads, so a warp split between returned
+// and live threads arrives at one instruction (docs/transformations.md):
 //
-//     @%p1 ret;                 @%p1 bra $__tly_rendezvous;
-//     bar.sync 0;          =>   barrier.red.popc.u32 %__tly_n, 15, !%__tly_dead;
-//     ...                       ...
-//                             $__tly_rendezvous:
-//                               barrier.red.popc.u32 %__tly_n, 15, %__tly_dead;
-//                               setp.ne.u32 %__tly_more, %__tly_n, 0;
-//                               @%__tly_more bra $__tly_rendezvous;
+//     @%p1 ret;            @%p1 bra $__tly_conv;
+//     bar.sync 0;     =>   (site 1) bra $__tly_conv;  $__tly_resume1:
+//     ...                  ...
+//                        $__tly_conv:
+//                          <count live threads: call __tly_conv_barrier0>
+//                          none live: leave; returned: wait for the next
+//                          round; live: jump back behind their barrier
 //
 //===----------------------------------------------------------------------===//
 #ifndef TALLY_TRANSFORMS_VARIANTS_H

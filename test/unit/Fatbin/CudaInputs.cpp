@@ -65,6 +65,33 @@ __global__ void k3(int *p) { p[threadIdx.x] = 3; }
 void launch_k(int *p) { k3<<<1, 1>>>(p); }
 )";
 
+// Runs as far as it can without a GPU: cudart registers the fatbin before
+// main, which then reports no device and exits cleanly.
+static const char ProbeSource[] = R"(
+#include <cstdio>
+__global__ void k4(int *p) { p[threadIdx.x] = 4; }
+int main() {
+  int N = -1;
+  cudaError_t E = cudaGetDeviceCount(&N);
+  printf("ok %d %d\n", (int)E, N);
+  return 0;
+}
+)";
+
+// Loads the shared library named on the command line.
+static const char DlopenSource[] = R"(
+#include <dlfcn.h>
+#include <cstdio>
+int main(int argc, char **argv) {
+  if (argc != 2) return 2;
+  void *H = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!H) { printf("dlopen: %s\n", dlerror()); return 1; }
+  if (!dlsym(H, "_Z8launch_kPi")) { printf("no launch_k\n"); return 1; }
+  printf("ok\n");
+  return dlclose(H) == 0 ? 0 : 1;
+}
+)";
+
 static const char BuildScript[] = R"(set -e
 G90="-gencode arch=compute_90,code=[sm_90,compute_90]"
 (
@@ -99,6 +126,9 @@ A=$!
  nvcc $G90 m_rdc.o l.o h.o -o app_rdc
  nvcc -shared -Xcompiler -fPIC $G90 l2.cu -o libl2.so
  nvcc $G90 m.cu -L. -ll2 -o app
+ nvcc $G90 probe.cu -o probe_pie
+ nvcc $G90 -Xcompiler -no-pie -Xlinker -no-pie probe.cu -o probe_nopie
+ g++ dlopen.cpp -o dlopen_host -ldl
 ) > host.log 2>&1 &
 B=$!
 S=0
@@ -160,9 +190,10 @@ static CudaInputs build() {
   Remover.Dir = In.Dir;
 
   const std::pair<const char *, const char *> Files[] = {
-      {"k.cu", KernelSource},    {"m.cu", MainSource},
-      {"l.cu", RdcKernelSource}, {"h.cu", RdcHelperSource},
-      {"l2.cu", LibSource},      {"build.sh", BuildScript}};
+      {"k.cu", KernelSource},       {"m.cu", MainSource},
+      {"l.cu", RdcKernelSource},    {"h.cu", RdcHelperSource},
+      {"l2.cu", LibSource},         {"probe.cu", ProbeSource},
+      {"dlopen.cpp", DlopenSource}, {"build.sh", BuildScript}};
   for (const auto &[Name, Text] : Files) {
     std::error_code EC;
     raw_fd_ostream OS(In.path(Name), EC);
