@@ -2,7 +2,9 @@
 
 #include "tally/Analysis/Divergence.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/SmallVector.h"
 
 using namespace llvm;
@@ -125,30 +127,103 @@ DivergenceInfo::DivergenceInfo(Function &F, const CFG &G) : F(F), G(G) {
     for (const Declarator &X : P.Decls)
       KernelParams.insert(X.Name);
 
-  // Fixed point over data and control dependence.
+  // Definitions: one per (instruction, register it writes). PTX registers
+  // are often written more than once, so divergence is tracked per
+  // definition, and a use is divergent when a divergent definition reaches
+  // it.
+  struct Def {
+    const Instruction *I;
+    StringRef Reg;
+  };
+  std::vector<Def> Defs;
+  StringMap<SmallVector<unsigned, 4>> DefsOf;
+  DenseMap<const Instruction *, SmallVector<unsigned, 2>> DefsAt;
+  for (const BasicBlock &BB : G.blocks())
+    for (const Instruction *I : BB.Insts) {
+      SmallVector<StringRef, 4> Regs;
+      getDefs(*I, Regs);
+      for (StringRef R : Regs) {
+        DefsOf[R].push_back(Defs.size());
+        DefsAt[I].push_back(Defs.size());
+        Defs.push_back({I, R});
+      }
+    }
+  unsigned ND = Defs.size();
+  // A definition kills the others of its register unless it is guarded.
+  auto Apply = [&](const Instruction *I, BitVector &Live) {
+    auto It = DefsAt.find(I);
+    if (It == DefsAt.end())
+      return;
+    for (unsigned D : It->second) {
+      if (!I->isGuarded())
+        for (unsigned K : DefsOf[Defs[D].Reg])
+          Live.reset(K);
+      Live.set(D);
+    }
+  };
+  std::vector<BitVector> In(N, BitVector(ND)), Out(N, BitVector(ND));
   Changed = true;
   while (Changed) {
     Changed = false;
     for (const BasicBlock &BB : G.blocks()) {
+      BitVector Cur(ND);
+      for (unsigned P : BB.Preds)
+        Cur |= Out[P];
+      In[BB.Index] = Cur;
+      for (const Instruction *I : BB.Insts)
+        Apply(I, Cur);
+      if (Cur != Out[BB.Index]) {
+        Out[BB.Index] = std::move(Cur);
+        Changed = true;
+      }
+    }
+  }
+
+  // Fixed point over data and control dependence.
+  BitVector DivDef(ND);
+  Changed = true;
+  while (Changed) {
+    Changed = false;
+    for (const BasicBlock &BB : G.blocks()) {
+      BitVector Cur = In[BB.Index];
+      auto UseDiv = [&](StringRef R) {
+        if (isSpecialRegister(R))
+          return isDivergentSource(R);
+        auto It = DefsOf.find(R);
+        if (It == DefsOf.end())
+          return false; // never written here: undefined, same for all
+        for (unsigned D : It->second)
+          if (Cur.test(D) && DivDef.test(D))
+            return true;
+        return false;
+      };
       for (const Instruction *I : BB.Insts) {
-        bool Div = DivRegion.test(BB.Index) || isInherentlyDivergent(*I, KernelParams) ||
-                   (I->isGuarded() && isDivergent(I->Guard));
-        SmallVector<StringRef, 4> Defs;
-        getDefs(*I, Defs);
-        if (Defs.empty())
-          continue;
-        for (size_t O = 0; O < I->Ops.size() && !Div; ++O) {
-          // The first operand of a defining instruction is written, but a
-          // vector or `|` destination may also be read (wgmma accumulators).
-          forEachReg(I->Ops[O], [&](StringRef R) {
-            if (isSpecialRegister(R) ? isDivergentSource(R) : isDivergent(R))
-              Div = true;
-          });
+        bool Guard = I->isGuarded() && UseDiv(I->Guard);
+        bool Index = false;
+        if (I->getBaseOpcode() == "brx" && !I->Ops.empty())
+          forEachReg(I->Ops[0], [&](StringRef R) { Index |= UseDiv(R); });
+        bool &Known = GuardDivergent[I];
+        if ((Guard || Index) && !Known) {
+          Known = true;
+          Changed = true;
         }
-        if (!Div)
-          continue;
-        for (StringRef D : Defs)
-          Changed |= Divergent.insert(D).second;
+        auto It = DefsAt.find(I);
+        if (It != DefsAt.end()) {
+          bool Div = DivRegion.test(BB.Index) || Guard ||
+                     isInherentlyDivergent(*I, KernelParams);
+          // The first operand of a defining instruction is written, but a
+          // vector or `|` destination may also be read (wgmma accumulators):
+          // every register operand counts as a use.
+          for (size_t O = 0; O < I->Ops.size() && !Div; ++O)
+            forEachReg(I->Ops[O], [&](StringRef R) { Div |= UseDiv(R); });
+          if (Div)
+            for (unsigned D : It->second)
+              if (!DivDef.test(D)) {
+                DivDef.set(D);
+                Changed = true;
+              }
+        }
+        Apply(I, Cur);
       }
     }
     for (const BasicBlock &BB : G.blocks()) {
@@ -167,14 +242,8 @@ bool DivergenceInfo::isDivergentBranch(const Instruction &I) const {
   bool Branchy = Base == "bra" || Base == "brx" || Base == "ret" || Base == "exit";
   if (!Branchy)
     return false;
-  if (I.isGuarded() && isDivergent(I.Guard))
-    return true;
-  if (Base == "brx" && !I.Ops.empty()) {
-    bool Div = false;
-    forEachReg(I.Ops[0], [&](StringRef R) { Div |= isDivergent(R); });
-    return Div;
-  }
-  return false;
+  auto It = GuardDivergent.find(&I);
+  return It != GuardDivergent.end() && It->second;
 }
 
 BitVector DivergenceInfo::reachableFrom(unsigned From) const {
@@ -247,7 +316,7 @@ std::vector<bool> DivergenceInfo::barriersNeedingConvergence(StringRef &Why) con
         continue;
       bool M = false;
       if (isFullBlockBarrier(*I)) {
-        if (I->isGuarded() && isDivergent(I->Guard)) {
+        if (auto G = GuardDivergent.find(I); G != GuardDivergent.end() && G->second) {
           M = true;
           Why = "a barrier runs under a condition that differs between threads";
         } else if (DivRegion.test(BB.Index)) {

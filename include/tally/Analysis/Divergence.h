@@ -1,7 +1,9 @@
 //===- Divergence.h - block-uniform control flow ----------------*- C++ -*-===//
 //
-// Which registers and branches of a kernel can differ between the threads
-// of a block. Sources of divergence: %tid, %laneid, %lanemask_*, clocks,
+// Which definitions and branches of a kernel can differ between the threads
+// of a block (per definition: PTX registers are often written several
+// times, so a reaching-definitions analysis decides which definitions a use
+// sees). Sources of divergence: %tid, %laneid, %lanemask_*, clocks,
 // atomics, warp collectives, loads other than kernel parameters and
 // constants, call results; divergence flows through data (any operand) and
 // control (a definition inside the region a divergent branch controls, up
@@ -18,6 +20,7 @@
 #include "tally/PTX/IR.h"
 
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <vector>
@@ -28,9 +31,8 @@ class DivergenceInfo {
 public:
   DivergenceInfo(ptx::Function &F, const ptx::CFG &G);
 
-  bool isDivergent(llvm::StringRef Reg) const { return Divergent.contains(Reg); }
-  /// A conditional branch (or guarded instruction) whose condition differs
-  /// between threads.
+  /// A conditional branch (or `@p ret`, or `brx.idx`) whose condition
+  /// differs between threads.
   bool isDivergentBranch(const ptx::Instruction &I) const;
   /// The block lies where a divergent branch decides whether it runs.
   bool inDivergentRegion(unsigned Block) const { return DivRegion.test(Block); }
@@ -51,7 +53,8 @@ public:
 private:
   ptx::Function &F;
   const ptx::CFG &G;
-  llvm::StringSet<> Divergent;
+  /// Instructions whose guard (or brx.idx index) differs between threads.
+  llvm::DenseMap<const ptx::Instruction *, bool> GuardDivergent;
   llvm::BitVector DivRegion;
   std::vector<llvm::BitVector> PostDom;
 };
