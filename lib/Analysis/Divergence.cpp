@@ -15,7 +15,10 @@ namespace tally {
 namespace {
 
 /// Opcodes whose first operand is not a register they write (stores,
-/// branches, barriers, fences, copies into memory, ...).
+/// branches, barriers, fences, copies into memory, ...). `bar.red` and
+/// `barrier.red` do write one, but its value is the same for every thread
+/// of the block, so leaving it untracked (uses then see no definition:
+/// uniform) is exact.
 bool writesNoRegister(const Instruction &I) {
   StringRef Base = I.getBaseOpcode();
   static const StringRef NoDef[] = {
