@@ -43,7 +43,8 @@ for fuzzer in build-asan/bin/*-fuzzer; do
     seeds=("test/fuzz/$name")
   fi
   if ! "$fuzzer" -max_total_time="${TALLY_FUZZ_SECONDS:-60}" -max_len=65536 \
-      -rss_limit_mb=4096 -print_final_stats=1 "$fuzzdir/$name" "${seeds[@]}" \
+      -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$fuzzdir/$name-" \
+      "$fuzzdir/$name" "${seeds[@]}" \
       >"$fuzzdir/$name.log" 2>&1; then
     tail -n 60 "$fuzzdir/$name.log"
     echo "fuzzer $name found a failure" >&2

@@ -12,6 +12,7 @@
 #include "tally/PTX/Lexer.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 
 using namespace llvm;
@@ -82,6 +83,15 @@ private:
   SourceMgr &SM;
   std::vector<Token> Toks;
   size_t Pos = 0;
+  /// Nesting of `{}` scopes and operand brackets, bounded so that hostile
+  /// input cannot exhaust the stack (real PTX nests a few levels).
+  unsigned Depth = 0;
+  static constexpr unsigned MaxDepth = 256;
+  Error enter(const Token &T) {
+    if (++Depth > MaxDepth)
+      return err(T, "nesting deeper than " + Twine(MaxDepth) + " levels");
+    return Error::success();
+  }
 
   const Token &tok() const { return Toks[Pos]; }
   const Token &peek(size_t N = 1) const {
@@ -481,6 +491,9 @@ Error Parser::parseFunction(TokenList Linkage) {
 }
 
 Error Parser::parseScopeBody(ScopeStmt &Scope, const Token &Open) {
+  if (Error E = enter(Open))
+    return E;
+  auto Leave = llvm::make_scope_exit([&] { --Depth; });
   while (true) {
     if (consumePunct('}'))
       return Error::success();
@@ -633,6 +646,9 @@ Expected<Operand> Parser::parseOperand(char Closer, bool ParenLists) {
 
 Error Parser::parseGroup(Operand &O, char Closer) {
   const Token &Open = take();
+  if (Error E = enter(Open))
+    return E;
+  auto Leave = llvm::make_scope_exit([&] { --Depth; });
   if (consumePunct(Closer))
     return Error::success();
   while (true) {
