@@ -6,6 +6,7 @@
 // each is launched.
 #include <cooperative_groups.h>
 #include <cuda/barrier>
+#include <cuda_fp16.h>
 #include <cstdint>
 
 namespace cg = cooperative_groups;
@@ -268,6 +269,52 @@ __global__ void block_reduce(const int *in, int *out, int n) {
   }
   if (threadIdx.x == 0)
     out[blockIdx.x] = s[0];
+}
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A wgmma shared-memory matrix descriptor without swizzling: start address,
+// leading and stride byte offsets (each in units of 16 bytes).
+__device__ uint64_t wgmma_desc(const void *smem, unsigned lbo, unsigned sbo) {
+  uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) |
+         (uint64_t(sbo >> 4) << 32);
+}
+#endif
+
+// 24. Hopper wgmma: one warpgroup multiplies a 64x16 and a 16x8 f16 tile
+// from shared memory into f32 (m64n8k16), per block. Deterministic; the
+// test compares the variants' bits with the original's.
+__global__ void wgmma_tile(const __half *A, const __half *B, float *C) {
+  __shared__ alignas(128) __half sA[64 * 16];
+  __shared__ alignas(128) __half sB[16 * 8];
+  int t = threadIdx.x;
+  for (int i = t; i < 64 * 16; i += blockDim.x)
+    sA[i] = A[blockIdx.x * 64 * 16 + i];
+  for (int i = t; i < 16 * 8; i += blockDim.x)
+    sB[i] = B[blockIdx.x * 16 * 8 + i];
+  __syncthreads();
+  float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  uint64_t da = wgmma_desc(sA, 128, 256), db = wgmma_desc(sB, 128, 256);
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "setp.ne.b32 p, %6, 0;\n"
+               "wgmma.fence.sync.aligned;\n"
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+               "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n"
+               "wgmma.commit_group.sync.aligned;\n"
+               "wgmma.wait_group.sync.aligned 0;\n"
+               "}\n"
+               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+               : "l"(da), "l"(db), "r"(0)
+               : "memory");
+#endif
+  float *out = C + (blockIdx.x * blockDim.x + t) * 4;
+  out[0] = d0;
+  out[1] = d1;
+  out[2] = d2;
+  out[3] = d3;
 }
 
 } // extern "C"

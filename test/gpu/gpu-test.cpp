@@ -58,7 +58,9 @@ void check(CUresult R, const char *What) {
 #define CK(call) check((call), #call)
 
 enum class Init { Random, Zero, Poison };
-enum class Elem { I32, F32 };
+/// F16X2: two halves per word, small integers in [-4, 4] (exact products
+/// and sums, so any summation order gives the same bits).
+enum class Elem { I32, F32, F16X2 };
 
 struct Buffer {
   size_t Count;
@@ -146,6 +148,10 @@ std::vector<Spec> suite(unsigned S = 1) {
                {in(30 * S * 256), out(30 * S * 256)}, {buf(0), buf(1)}});
   V.push_back({"thread_exit", {30 * S, 1, 1}, {256, 1, 1}, 0,
                {in(30 * S * 256), out(30 * S * 256)}, {buf(0), buf(1)}});
+  V.push_back({"wgmma_tile", {40 * S, 1, 1}, {128, 1, 1}, 0,
+               {in(40 * S * 64 * 16 / 2, Elem::F16X2), in(40 * S * 16 * 8 / 2, Elem::F16X2),
+                out(40 * S * 128 * 4, F)},
+               {buf(0), buf(1), buf(2)}});
   Spec NP{"no_params", {64, 1, 1}, {32, 1, 1}, 0, {out(64 * 32)}, {}};
   NP.GlobalOut = "noparam_out";
   V.push_back(NP);
@@ -187,6 +193,10 @@ Instance prepare(Device &D, const Spec &Sp, uint32_t Seed) {
         W = 0;
       } else if (Bf.How == Init::Poison) {
         W = poisonWord();
+      } else if (Bf.Type == Elem::F16X2) {
+        static const uint16_t Small[] = {0x0000, 0x3C00, 0x4000, 0x4200, 0x4400,
+                                         0xBC00, 0xC000, 0xC200, 0xC400};
+        W = Small[Rng() % 9] | (uint32_t(Small[Rng() % 9]) << 16);
       } else if (Bf.Type == Elem::F32) {
         float F = std::uniform_real_distribution<float>(-1.0f, 1.0f)(Rng);
         std::memcpy(&W, &F, 4);
