@@ -1,6 +1,7 @@
 //===- Divergence.cpp - block-uniform control flow ------------------------===//
 
 #include "tally/Analysis/Divergence.h"
+#include "tally/Analysis/KernelInfo.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
@@ -280,13 +281,6 @@ BitVector DivergenceInfo::influenceRegion(unsigned B) const {
   return Seen;
 }
 
-static bool isFullBlockBarrier(const Instruction &I) {
-  StringRef Base = I.getBaseOpcode();
-  if ((Base != "bar" && Base != "barrier") || I.hasModifier(".warp") ||
-      I.hasModifier(".cluster") || I.hasModifier(".arrive"))
-    return false;
-  return I.Ops.size() < (I.hasModifier(".red") ? 4u : 2u);
-}
 
 std::vector<bool> DivergenceInfo::barriersNeedingConvergence(StringRef &Why) const {
   unsigned N = G.blocks().size();

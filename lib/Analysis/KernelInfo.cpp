@@ -91,8 +91,15 @@ static BarrierScope classifyBarrier(const Instruction &I, bool &IsBarrier) {
   return BarrierScope::Block;
 }
 
-/// Whether a block barrier instruction names an explicit thread count.
-static bool hasThreadCount(const Instruction &I) {
+bool isFullBlockBarrier(const Instruction &I) {
+  StringRef Base = I.getBaseOpcode();
+  if ((Base != "bar" && Base != "barrier") || I.hasModifier(".warp") ||
+      I.hasModifier(".cluster"))
+    return false;
+  return !hasThreadCount(I);
+}
+
+bool hasThreadCount(const Instruction &I) {
   bool IsRed = I.hasModifier(".red");
   bool IsArrive = I.hasModifier(".arrive");
   size_t N = I.Ops.size();

@@ -232,19 +232,12 @@ AsyncCopies findAsyncCopies(Function &F) {
   return A;
 }
 
-bool isFullBarrier(const Instruction &I) {
-  StringRef Base = I.getBaseOpcode();
-  if ((Base != "bar" && Base != "barrier") || I.hasModifier(".warp") ||
-      I.hasModifier(".cluster") || I.hasModifier(".arrive"))
-    return false;
-  return I.Ops.size() < (I.hasModifier(".red") ? 4u : 2u);
-}
 
 bool containsFullBarrier(const StmtList &Body) {
   bool Found = false;
   walkStmts(Body, [&](Stmt &S) {
     if (auto *IS = dyn_cast<InstStmt>(&S))
-      Found |= isFullBarrier(IS->I);
+      Found |= isFullBlockBarrier(IS->I);
   });
   return Found;
 }
@@ -484,7 +477,7 @@ Error rewriteSyncSites(Module &M, Function &F, const Legality &L,
         ++Stats.KeptBarriers;
       return std::nullopt;
     }
-    if (!isFullBarrier(I)) {
+    if (!isFullBlockBarrier(I)) {
       // Warp and cluster barriers, and barriers with a thread count (named
       // barriers of warp subsets), stay as they are.
       if (!I.hasModifier(".warp") && !I.hasModifier(".cluster"))

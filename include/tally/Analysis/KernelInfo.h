@@ -37,6 +37,15 @@ struct ParamInfo {
 /// \p Bytes receives the total.
 std::vector<ParamInfo> getParamLayout(const ptx::Function &F, uint64_t &Bytes);
 
+/// A `bar`/`barrier` instruction with an explicit thread count (named
+/// barriers of warp subsets; `bar.arrive` always has one).
+bool hasThreadCount(const ptx::Instruction &I);
+
+/// A barrier every thread of the block takes part in: `bar.sync`,
+/// `barrier.sync[.aligned]`, `bar.red`/`barrier.red` without a thread count
+/// (not warp or cluster barriers, not `bar.arrive`).
+bool isFullBlockBarrier(const ptx::Instruction &I);
+
 enum class BarrierScope { Block, Warp, Cluster };
 
 struct BarrierSite {
