@@ -84,7 +84,6 @@ struct ModuleOutput {
   Metadata Meta;
   std::string Analysis;
   StringMap<uint64_t> Stats;
-  bool OnlyPrinters = false;
   bool HasVariants = false;
 };
 
@@ -97,9 +96,6 @@ Expected<ModuleOutput> compileModule(StringRef Text, StringRef Name,
   if (!M)
     return M.takeError();
   ModuleOutput Out;
-  Out.OnlyPrinters = !Pipeline->empty() && all_of(*Pipeline, [](const auto &P) {
-    return P->isPrinter();
-  });
   raw_string_ostream AOS(Out.Analysis);
   PassContext Ctx(AOS);
   if (Error E = runPipeline(*Pipeline, **M, Ctx))
@@ -301,7 +297,6 @@ Expected<CompileResult> compileInput(MemoryBufferRef Input, const CompileOptions
     if (!Mod)
       return Mod.takeError();
     R.Output = Mod->Text;
-    R.OnlyPrinters = Mod->OnlyPrinters;
     mergeInto(R, std::move(*Mod));
     return std::move(R);
   }

@@ -8,6 +8,7 @@
 #include "tally/PTX/CFG.h"
 #include "tally/PTX/Lexer.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Casting.h"
@@ -216,6 +217,10 @@ parsePipeline(StringRef Text) {
     Passes.push_back(Found->Make());
   }
   return std::move(Passes);
+}
+
+bool isPrintOnly(ArrayRef<std::unique_ptr<ModulePass>> Passes) {
+  return !Passes.empty() && all_of(Passes, [](const auto &P) { return P->isPrinter(); });
 }
 
 Error runPipeline(ArrayRef<std::unique_ptr<ModulePass>> Passes, Module &M,

@@ -86,8 +86,10 @@ Error writeOutput(StringRef Path, StringRef Bytes) {
 
 Error runTool(const Options &O) {
   // A bad pipeline is reported before anything is read.
-  if (auto P = parsePipeline(O.Passes); !P)
-    return P.takeError();
+  auto Pipeline = parsePipeline(O.Passes);
+  if (!Pipeline)
+    return Pipeline.takeError();
+  bool PrintOnly = isPrintOnly(*Pipeline);
   auto BufOrErr = MemoryBuffer::getFileOrSTDIN(O.Input, /*IsText=*/false,
                                                /*RequiresNullTerminator=*/false);
   if (std::error_code EC = BufOrErr.getError())
@@ -113,15 +115,9 @@ Error runTool(const Options &O) {
   }
 
   // Binary output goes to a file: say so before any work is done.
-  if (O.Output.empty() && detectInputKind(Input.getBuffer()) != InputKind::PTX) {
-    auto P = parsePipeline(O.Passes);
-    bool OnlyPrinters = P && !P->empty() &&
-                        all_of(*P, [](const auto &Pass) { return Pass->isPrinter(); });
-    if (!P)
-      consumeError(P.takeError());
-    if (!OnlyPrinters)
-      return fileError(O.Input, "binary output needs -o FILE");
-  }
+  bool Binary = detectInputKind(Input.getBuffer()) != InputKind::PTX;
+  if (O.Output.empty() && Binary && !PrintOnly)
+    return fileError(O.Input, "binary output needs -o FILE");
 
   CompileOptions C;
   C.Pipeline = O.Passes;
@@ -141,11 +137,8 @@ Error runTool(const Options &O) {
 
   outs() << R->Analysis;
   std::string Output = O.Output;
-  if (Output.empty() && !R->OnlyPrinters) {
-    if (detectInputKind(Input.getBuffer()) != InputKind::PTX)
-      return fileError(O.Input, "binary output needs -o FILE");
-    Output = "-";
-  }
+  if (Output.empty() && !PrintOnly)
+    Output = "-"; // PTX input (binary inputs without -o stopped above)
   if (!Output.empty()) {
     if (Error E = writeOutput(Output, R->Output))
       return E;

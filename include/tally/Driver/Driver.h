@@ -52,8 +52,6 @@ struct CompileResult {
   std::string Analysis; ///< what printer passes printed
   llvm::StringMap<uint64_t> Stats;
   std::vector<std::string> Warnings;
-  /// False when the pipeline only printed: no output to write by default.
-  bool OnlyPrinters = false;
 };
 
 /// Transforms \p Input (named \p Name in messages) whatever its kind.

@@ -58,6 +58,10 @@ llvm::ArrayRef<PassDescription> getRegisteredPasses();
 llvm::Expected<std::vector<std::unique_ptr<ModulePass>>>
 parsePipeline(llvm::StringRef Text);
 
+/// True for a non-empty pipeline of printer passes only (it writes no
+/// module unless asked to).
+bool isPrintOnly(llvm::ArrayRef<std::unique_ptr<ModulePass>> Passes);
+
 /// Runs the passes in order; stops at the first error.
 llvm::Error runPipeline(llvm::ArrayRef<std::unique_ptr<ModulePass>> Passes,
                         ptx::Module &M, PassContext &Ctx);
