@@ -282,7 +282,7 @@ BitVector DivergenceInfo::influenceRegion(unsigned B) const {
 }
 
 
-std::vector<bool> DivergenceInfo::barriersNeedingConvergence(StringRef &Why) const {
+BitVector DivergenceInfo::blocksAfterReturn() const {
   unsigned N = G.blocks().size();
   BitVector ReturnBlocks(N);
   for (const BasicBlock &BB : G.blocks())
@@ -304,15 +304,20 @@ std::vector<bool> DivergenceInfo::barriersNeedingConvergence(StringRef &Why) con
     for (unsigned S : BB.Succs)
       AfterReturn |= reachableFrom(S);
   }
+  return AfterReturn;
+}
 
+std::vector<bool> DivergenceInfo::sitesNeedingConvergence(
+    function_ref<bool(const Instruction &)> IsSite,
+    function_ref<bool(const Instruction &)> IsFullBlock, StringRef &Why) const {
+  BitVector AfterReturn = blocksAfterReturn();
   std::vector<bool> Merge;
   for (const BasicBlock &BB : G.blocks())
     for (const Instruction *I : BB.Insts) {
-      StringRef Base = I->getBaseOpcode();
-      if (Base != "bar" && Base != "barrier")
+      if (!IsSite(*I))
         continue;
       bool M = false;
-      if (isFullBlockBarrier(*I)) {
+      if (IsFullBlock(*I)) {
         if (auto G = GuardDivergent.find(I); G != GuardDivergent.end() && G->second) {
           M = true;
           Why = "a barrier runs under a condition that differs between threads";
@@ -327,6 +332,23 @@ std::vector<bool> DivergenceInfo::barriersNeedingConvergence(StringRef &Why) con
       Merge.push_back(M);
     }
   return Merge;
+}
+
+std::vector<bool> DivergenceInfo::barriersNeedingConvergence(StringRef &Why) const {
+  return sitesNeedingConvergence(
+      [](const Instruction &I) {
+        return I.getBaseOpcode() == "bar" || I.getBaseOpcode() == "barrier";
+      },
+      [](const Instruction &I) { return isFullBlockBarrier(I); }, Why);
+}
+
+bool DivergenceInfo::runsOnceOnEveryPath(unsigned Block) const {
+  if (!PostDom[0].test(Block))
+    return false;
+  for (unsigned S : G.blocks()[Block].Succs)
+    if (reachableFrom(S).test(Block))
+      return false;
+  return true;
 }
 
 } // namespace tally

@@ -99,6 +99,17 @@ bool isFullBlockBarrier(const Instruction &I) {
   return !hasThreadCount(I);
 }
 
+StringRef getCallee(const Instruction &I) {
+  for (const Operand &O : I.Ops) {
+    if (O.K == Operand::Kind::Paren)
+      continue;
+    if (auto Sym = O.getSymbol())
+      return *Sym;
+    break;
+  }
+  return {};
+}
+
 bool hasThreadCount(const Instruction &I) {
   bool IsRed = I.hasModifier(".red");
   bool IsArrive = I.hasModifier(".arrive");
@@ -165,15 +176,7 @@ analyzeFunction(Function &F, const StringSet<> &ModuleSymbols) {
     } else if (isReturnLike(I)) {
       FI->Returns.push_back({&I, BI});
     } else if (I.getBaseOpcode() == "call") {
-      CallSite C{&I, BI, {}};
-      for (const Operand &O : I.Ops) {
-        if (O.K == Operand::Kind::Paren)
-          continue;
-        if (auto Sym = O.getSymbol())
-          C.Callee = *Sym;
-        break;
-      }
-      FI->Calls.push_back(C);
+      FI->Calls.push_back({&I, BI, getCallee(I)});
     }
   });
   return FI;

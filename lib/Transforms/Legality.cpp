@@ -7,7 +7,11 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Casting.h"
+
+#include <functional>
 
 using namespace llvm;
 using namespace tally::ptx;
@@ -54,6 +58,110 @@ struct Verdict {
   }
 };
 } // namespace
+
+/// Calls of functions that contain full-block barriers (directly or through
+/// their own calls). Such a call cannot go through the convergence block,
+/// so the PTB form keeps it in place, which is right only when every thread
+/// of the block makes the call together and, inside the function, passes
+/// each barrier exactly once: the call must be where the divergence
+/// analysis proves that no thread of the block has returned and control is
+/// the same for all, and in the function (and the functions it calls that
+/// way) every barrier and such call must lie on every path from the entry
+/// to a return, on no cycle, unguarded, and no recursion may reach them.
+static void checkBarrierCalls(const KernelInfo &K, const DivergenceInfo &KernelDI,
+                              Verdict &V) {
+  StringMap<const FunctionInfo *> ByName;
+  for (const FunctionInfo *FI : K.Callees)
+    ByName[FI->F->Name] = FI;
+  StringSet<> BarrierFuncs;
+  for (bool Changed = true; Changed;) {
+    Changed = false;
+    for (const FunctionInfo *FI : K.Callees) {
+      if (BarrierFuncs.contains(FI->F->Name))
+        continue;
+      bool Has = any_of(FI->Barriers, [](const BarrierSite &B) {
+        return B.Scope == BarrierScope::Block && isFullBlockBarrier(*B.I);
+      });
+      Has |= any_of(FI->Calls, [&](const CallSite &C) {
+        return BarrierFuncs.contains(C.Callee);
+      });
+      if (Has) {
+        BarrierFuncs.insert(FI->F->Name);
+        Changed = true;
+      }
+    }
+  }
+  if (BarrierFuncs.empty())
+    return;
+
+  // Inside each such function: barriers and barrier calls on every path,
+  // once.
+  for (const FunctionInfo *FI : K.Callees) {
+    StringRef Name = FI->F->Name;
+    if (!BarrierFuncs.contains(Name) || !FI->F->Body)
+      continue;
+    Function &F = *const_cast<Function *>(FI->F);
+    CFG G(F);
+    DivergenceInfo DI(F, G);
+    auto Straight = [&](const Instruction &I, unsigned Block) {
+      return !I.isGuarded() && DI.runsOnceOnEveryPath(Block);
+    };
+    for (const BarrierSite &B : FI->Barriers)
+      if (B.Scope == BarrierScope::Block && isFullBlockBarrier(*B.I) &&
+          !Straight(*B.I, B.Block))
+        V.rejectPtb("barrier inside function " + Name.str() +
+                    " that not every thread calling it passes exactly once");
+    for (const CallSite &C : FI->Calls)
+      if (BarrierFuncs.contains(C.Callee) && !Straight(*C.I, C.Block))
+        V.rejectPtb("call of " + C.Callee.str() + " (which has barriers) inside function " +
+                    Name.str() + " that not every thread calling it makes exactly once");
+  }
+  // Recursion through barrier functions: the depth may differ per thread.
+  std::function<bool(StringRef, StringSet<> &)> Cycle = [&](StringRef Fn,
+                                                            StringSet<> &Stack) {
+    if (!Stack.insert(Fn).second)
+      return true;
+    const FunctionInfo *FI = ByName.lookup(Fn);
+    if (FI)
+      for (const CallSite &C : FI->Calls)
+        if (BarrierFuncs.contains(C.Callee) && Cycle(C.Callee, Stack))
+          return true;
+    Stack.erase(Fn);
+    return false;
+  };
+  for (const auto &E : BarrierFuncs) {
+    StringSet<> Stack;
+    if (Cycle(E.getKey(), Stack)) {
+      V.rejectPtb("recursion through function " + E.getKey().str() + ", which has barriers");
+      break;
+    }
+  }
+
+  // In the kernel: each call where all threads are together.
+  StringRef Why;
+  std::vector<bool> Bad = KernelDI.sitesNeedingConvergence(
+      [&](const Instruction &I) {
+        return I.getBaseOpcode() == "call" && BarrierFuncs.contains(getCallee(I));
+      },
+      [](const Instruction &) { return true; }, Why);
+  unsigned Ordinal = 0, Kept = 0;
+  std::string FirstBad;
+  for (const CallSite &C : K.Own.Calls) {
+    if (!BarrierFuncs.contains(C.Callee))
+      continue;
+    if (Ordinal < Bad.size() && Bad[Ordinal] && FirstBad.empty())
+      FirstBad = C.Callee.str();
+    Kept += !(Ordinal < Bad.size() && Bad[Ordinal]);
+    ++Ordinal;
+  }
+  if (!FirstBad.empty())
+    V.rejectPtb("barrier inside function " + FirstBad + ", called where not all threads of "
+                "the block are together (" + Why.str() + ")");
+  else if (Kept)
+    V.L.Notes.push_back("ptb: " + std::to_string(Kept) +
+                        " call(s) of functions with barriers stay in place (every thread "
+                        "of the block makes them together)");
+}
 
 Legality checkLegality(const KernelInfo &K) {
   Legality L;
@@ -124,10 +232,6 @@ Legality checkLegality(const KernelInfo &K) {
       }
       if (B.Scope != BarrierScope::Block)
         continue;
-      if (!IsKernel && !B.HasThreadCount) {
-        V.rejectPtb("barrier inside non-inlined function " + FI->F->Name.str());
-        continue;
-      }
       if (B.I->hasModifier(".red") && !B.HasThreadCount)
         L.HasReductionBarriers = true;
     }
@@ -187,6 +291,7 @@ Legality checkLegality(const KernelInfo &K) {
     if (L.anyConvergedBarrier())
       L.Notes.push_back(("ptb: " + std::to_string(count(L.ConvergeBarrier, true)) +
                          " barrier(s) go through the convergence block: " + Why).str());
+    checkBarrierCalls(K, DI, V);
   }
 
   uint64_t Extra = 28; // the larger of the two variants' additions

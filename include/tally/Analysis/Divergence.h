@@ -21,6 +21,7 @@
 
 #include "llvm/ADT/BitVector.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <vector>
@@ -49,8 +50,21 @@ public:
   /// Others (and barriers that are not full-block) may stay as they are.
   /// \p Why says why, for the last barrier that needs it.
   std::vector<bool> barriersNeedingConvergence(llvm::StringRef &Why) const;
+  /// The same judgement for every instruction \p IsSite accepts (in
+  /// statement order), for example calls of functions that contain
+  /// barriers; sites \p IsFullBlock rejects never need it.
+  std::vector<bool>
+  sitesNeedingConvergence(llvm::function_ref<bool(const ptx::Instruction &)> IsSite,
+                          llvm::function_ref<bool(const ptx::Instruction &)> IsFullBlock,
+                          llvm::StringRef &Why) const;
+  /// Every path from the entry to a return passes \p Block exactly once: it
+  /// post-dominates the entry and lies on no cycle.
+  bool runsOnceOnEveryPath(unsigned Block) const;
 
 private:
+  /// Blocks that may run after some threads of the block have returned.
+  llvm::BitVector blocksAfterReturn() const;
+
   ptx::Function &F;
   const ptx::CFG &G;
   /// Instructions whose guard (or brx.idx index) differs between threads.

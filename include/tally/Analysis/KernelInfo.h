@@ -46,6 +46,9 @@ bool hasThreadCount(const ptx::Instruction &I);
 /// (not warp or cluster barriers, not `bar.arrive`).
 bool isFullBlockBarrier(const ptx::Instruction &I);
 
+/// The function a direct `call` names; empty for an indirect call.
+llvm::StringRef getCallee(const ptx::Instruction &I);
+
 enum class BarrierScope { Block, Warp, Cluster };
 
 struct BarrierSite {
