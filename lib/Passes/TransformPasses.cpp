@@ -50,6 +50,7 @@ void countRewrite(PassContext &Ctx, StringRef Pass, const RewriteStats &S) {
   Ctx.count((Pass + ".barrier-reductions-rewritten").str(), S.Reductions);
   Ctx.count((Pass + ".counted-barriers-kept").str(), S.KeptBarriers);
   Ctx.count((Pass + ".grid-sreg-reads-replaced").str(), S.SregReads);
+  Ctx.count((Pass + ".live-in-registers-reset").str(), S.ZeroedRegisters);
 }
 
 class PrintLegalityPass : public ModulePass {

@@ -274,7 +274,7 @@ Error applyRegisterBudget(ptx::Module &M, Metadata &Meta, const BudgetOptions &O
       std::string Why = V->Kind + ": the variant spills (" +
                         std::to_string(It->second.spills()) + " bytes at " +
                         std::to_string(It->second.Registers) +
-                        " registers; the original uses " +
+                        " registers, the original uses " +
                         std::to_string(Orig->second.Registers) + ")";
       K.Reason += (K.Reason.empty() ? "" : "; ") + Why;
       auto Item = find_if(M.Items, [&](const ptx::TopItem &I) {

@@ -10,11 +10,13 @@
 #include "tally/Transforms/Variants.h"
 
 #include "tally/Analysis/KernelInfo.h"
+#include "tally/Analysis/Liveness.h"
 #include "tally/PTX/CFG.h"
 #include "tally/PTX/Parser.h"
 #include "tally/PTX/Printer.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Casting.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -626,6 +628,72 @@ Expected<VariantRecord> addSliceVariant(Module &M, const Function &K,
   return std::move(V);
 }
 
+/// Instructions giving a constant to each register the body of \p K may
+/// read before writing it (see Liveness.h), so that no value stays live
+/// from one logical block to the next. Only registers declared at the top
+/// of the body, of types with a plain `mov`.
+std::string zeroLiveIns(const Function &K, RewriteStats &Stats) {
+  CFG G(const_cast<Function &>(K));
+  std::vector<std::string> Live = getLiveInRegisters(G);
+  if (Live.empty())
+    return {};
+  // Register name -> its declaration's type; `%r<N>` covers %r0..%r(N-1).
+  StringMap<StringRef> Exact;
+  StringMap<std::pair<StringRef, unsigned>> Ranges;
+  for (const auto &S : K.Body->Body) {
+    auto *D = dyn_cast<DeclStmt>(S.get());
+    if (!D || D->D.getStateSpace() != ".reg" || D->D.getVectorWidth() != 1)
+      continue;
+    for (const Declarator &X : D->D.Decls) {
+      if (!X.Dims.empty())
+        continue;
+      unsigned Count = 0;
+      if (!X.Range)
+        Exact[X.Name] = D->D.getType();
+      else if (!X.Range->getAsInteger(10, Count))
+        Ranges[X.Name] = {D->D.getType(), Count};
+    }
+  }
+  auto TypeOf = [&](StringRef R) -> StringRef {
+    if (auto It = Exact.find(R); It != Exact.end())
+      return It->second;
+    size_t Digits = R.size();
+    while (Digits > 0 && isDigit(R[Digits - 1]))
+      --Digits;
+    unsigned Num = 0;
+    if (Digits == R.size() || R.substr(Digits).getAsInteger(10, Num))
+      return {};
+    if (R.size() - Digits > 1 && R[Digits] == '0')
+      return {}; // %r01 is not %r<N>'s register 1
+    auto It = Ranges.find(R.substr(0, Digits));
+    if (It == Ranges.end() || Num >= It->second.second)
+      return {};
+    return It->second.first;
+  };
+  std::string Text;
+  for (const std::string &R : Live) {
+    StringRef T = TypeOf(R);
+    unsigned Bits = 0;
+    if (T == ".pred") {
+      Text += "setp.ne.u32 " + R + ", 0, 0;\n";
+      ++Stats.ZeroedRegisters;
+      continue;
+    }
+    if (T == ".b16" || T == ".u16" || T == ".s16" || T == ".f16" || T == ".bf16")
+      Bits = 16;
+    else if (T == ".b32" || T == ".u32" || T == ".s32" || T == ".f32" || T == ".f16x2" ||
+             T == ".bf16x2")
+      Bits = 32;
+    else if (T == ".b64" || T == ".u64" || T == ".s64" || T == ".f64")
+      Bits = 64;
+    if (!Bits)
+      continue;
+    Text += formatv("mov.b{0} {1}, 0;\n", Bits, R).str();
+    ++Stats.ZeroedRegisters;
+  }
+  return Text;
+}
+
 Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                                       const Legality &L, RewriteStats &Stats) {
   if (!L.PtbOK)
@@ -746,7 +814,7 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                     formatv("barrier.sync {0};\n", B).str() +
                     "ld.shared.u32 %__tly_t0, [__tly_slot];\n"
                     "setp.eq.u32 %__tly_p0, %__tly_t0, -1;\n"
-                    "@%__tly_p0 bra $__tly_exit;\n";
+                    "@%__tly_p0 bra $__tly_exit;\n" + zeroLiveIns(K, Stats);
   auto TopCode = code(M, Top);
   if (!TopCode)
     return TopCode.takeError();

@@ -62,6 +62,7 @@ struct RewriteStats {
   unsigned Reductions = 0;    ///< bar.red forms rewritten
   unsigned KeptBarriers = 0;  ///< counted barriers left in place
   unsigned SregReads = 0;     ///< %ctaid/%nctaid reads replaced
+  unsigned ZeroedRegisters = 0; ///< PTB: registers read before written, reset per block
 };
 
 /// Name of a kernel's variant: `<kernel>__tally_slice`, `<kernel>__tally_ptb`.
