@@ -71,6 +71,11 @@ awk '/Function : /{f=$3} /BAR\./{n[f]++}
 echo "== benchmarks"
 $T --bench 2>&1 | tee "$OUT/bench.txt"
 bench=${PIPESTATUS[0]}
+if [[ -f $D/baseline/suite.tally.fatbin ]]; then
+  echo "== benchmarks of the baseline build (prepare-device.sh with TALLY_BASELINE)"
+  $D/tally-gpu-test --module $D/baseline/suite.tally.fatbin --metadata $D/baseline/suite.yaml \
+    --bench 2>&1 | tee "$OUT/bench-baseline.txt"
+fi
 
 echo
 echo "| check | result |"
@@ -80,7 +85,9 @@ echo "| rewritten object linked, rewritten executable, run | $app |"
 for tool in memcheck racecheck synccheck; do
   echo "| compute-sanitizer $tool (variant-only findings: ${san[$tool]}) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.txt" | tail -1); flagged: $(tr '\n' ' ' <"$OUT/flagged-$tool.txt") |"
 done
-echo "| bench (exit $bench) | $(grep -E '^slice/original' "$OUT/bench.txt") |"
-echo "| | $(grep -E '^ptb/original' "$OUT/bench.txt") |"
+echo "| bench (exit $bench) | |"
+grep -E '^(slice|ptb)/original' "$OUT/bench.txt" | sed 's/^/| | /; s/$/ |/'
+[[ -f $OUT/bench-baseline.txt ]] &&
+  grep -E '^(ptb/original|preemption)' "$OUT/bench-baseline.txt" | sed 's/^/| baseline | /; s/$/ |/'
 grep -E '^preemption latency' "$OUT/bench.txt" | sed 's/^/| | /; s/$/ |/'
 exit $(( corr != 0 || ${#app} != 11 || san[memcheck] != 0 || san[racecheck] != 0 || san[synccheck] != 0 ))

@@ -3,6 +3,9 @@
 # .carry/ (ignored by git, carried to the device with `carry: [".carry"]`):
 # the GPU test harness, the transformed kernel suite (cubin + metadata +
 # PTX), and the machine facts. Then `scripts/gpu.sh` runs there.
+# TALLY_BASELINE=DIR (a suite.tally.fatbin and suite.yaml made by another
+# build of tally-opt) adds that build's benchmark to the round, for A/B
+# comparisons on the same machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh >/dev/null
@@ -28,4 +31,8 @@ cmake -S examples/cmake -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$PWD/buil
   -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
 cmake --build build/example >/dev/null
 cp build/example/example .carry/cmake-example
+if [[ -n ${TALLY_BASELINE:-} ]]; then
+  mkdir -p .carry/baseline
+  cp "$TALLY_BASELINE/suite.tally.fatbin" "$TALLY_BASELINE/suite.yaml" .carry/baseline/
+fi
 du -sh .carry

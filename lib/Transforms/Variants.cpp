@@ -763,7 +763,7 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   unsigned B = L.BarrierId;
   std::string Top = std::string(GridSregDecls) + SyncDeclsText +
                     ".reg .b32 %__tly_t<4>;\n"
-                    ".reg .b64 %__tly_ctrl;\n"
+                    ".reg .b64 %__tly_ctrl, %__tly_w;\n"
                     ".reg .pred %__tly_lead, %__tly_p0;\n"
                     ".shared .align 16 .b32 __tly_slot[7];\n" + LeaderText +
                     "@%__tly_lead st.shared.u32 [__tly_slot+16], 0;\n"
@@ -778,14 +778,18 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                     "ld.shared.u32 %__tly_t0, [__tly_slot+24];\n"
                     "setp.ne.u32 %__tly_p0, %__tly_t0, 0;\n"
                     "@%__tly_p0 bra $__tly_take;\n"
+                    // One atomic claims the chunk and reads the flag: the
+                    // 64-bit add lands on `next` (low word) and returns
+                    // the flag (high word) as it was at that moment.
                     "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
                     "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
-                    "ld.volatile.global.u32 %__tly_t0, [%__tly_ctrl+4];\n"
-                    "setp.ne.u32 %__tly_p0, %__tly_t0, 0;\n"
-                    "@%__tly_p0 bra $__tly_publish;\n"
                     "ld.param.u32 %__tly_t2, [__tly_chunk];\n"
                     "max.u32 %__tly_t2, %__tly_t2, 1;\n"
-                    "atom.global.add.u32 %__tly_t0, [%__tly_ctrl], %__tly_t2;\n"
+                    "cvt.u64.u32 %__tly_w, %__tly_t2;\n"
+                    "atom.global.add.u64 %__tly_w, [%__tly_ctrl], %__tly_w;\n"
+                    "mov.b64 {%__tly_t0, %__tly_t1}, %__tly_w;\n"
+                    "setp.ne.u32 %__tly_p0, %__tly_t1, 0;\n"
+                    "@%__tly_p0 bra $__tly_giveback;\n"
                     "ld.param.u32 %__tly_t1, [__tly_grid_x];\n"
                     "ld.param.u32 %__tly_t3, [__tly_grid_y];\n"
                     "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t3;\n"
@@ -842,7 +846,18 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                          "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
                          "red.release.gpu.global.add.u32 [%__tly_ctrl+8], %__tly_t0;\n"
                          "$__tly_ret:\n"
-                         "ret;\n");
+                         "ret;\n"
+                         // Preempted: the leader takes its claim back
+                         // (%__tly_t3 is -1: the worker leaves). Every claim
+                         // made after the flag was set is taken back, and
+                         // all come after those made before, so once the
+                         // workers have left `next` is again the first
+                         // block not run.
+                         "$__tly_giveback:\n"
+                         "cvt.u64.u32 %__tly_w, %__tly_t2;\n"
+                         "neg.s64 %__tly_w, %__tly_w;\n"
+                         "red.global.add.u64 [%__tly_ctrl], %__tly_w;\n"
+                         "bra $__tly_publish;\n");
   if (!End)
     return End.takeError();
   append(F.Body->Body, std::move(*End));

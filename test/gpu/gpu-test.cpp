@@ -10,9 +10,12 @@
 // done, and require outputs bit-identical to the original's, no hang, and
 // the PTB progress counters consistent (every claimed block finished).
 //
-// --bench: run time of each variant against the original on larger inputs
-// (median of repeated runs, CUDA events) and the PTB preemption latency
-// (host flag write to kernel done).
+// --bench: run time of each variant against the original (median of 30
+// runs, CUDA events) at two input scales (kernels of a few microseconds,
+// and 16 times larger), PTB with one block per claim and with the chunk
+// that fits a 10 us turnaround, each launch with a fresh control block from
+// a pool zeroed beforehand; then the PTB preemption latency (host flag
+// write to kernel done).
 //
 // Exits 77 (skipped) when no GPU is usable, 1 on any mismatch or error.
 //
@@ -382,6 +385,9 @@ PtbStats runPtb(Device &D, Instance &I, const VariantRecord &V, unsigned Workers
     if (Done != Claimed)
       die(V.Name + ": after a launch " + std::to_string(Claimed) + " blocks were claimed but " +
           std::to_string(Done) + " finished");
+    // The claims share a 64-bit word with the flag: it must read as written.
+    if (C[1] != (Preempt ? 1u : 0u))
+      die(V.Name + ": the preemption flag reads " + std::to_string(C[1]) + " after a launch");
     if (Done == I.Blocks)
       break;
     if (Preempt)
@@ -503,11 +509,13 @@ template <typename FnT> double timeIt(Device &D, unsigned Reps, FnT Fn) {
   return median(T);
 }
 
-int bench(Device &D, const Metadata &Meta, const std::string &Only) {
+/// Run time of each variant against the original at suite scale \p Scale.
+void benchScale(Device &D, const Metadata &Meta, const std::string &Only, unsigned Scale) {
+  std::printf("suite scale %u:\n", Scale);
   std::printf("%-26s %8s %10s %10s %8s %10s %8s %6s %8s\n", "kernel", "blocks", "orig_us",
               "slice_us", "ratio", "ptb_us", "ratio", "chunk", "ratio");
   std::vector<double> SliceRatios, PtbRatios, PtbChunkRatios;
-  for (const Spec &Sp : suite(64)) {
+  for (const Spec &Sp : suite(Scale)) {
     if (!Only.empty() && Sp.Kernel != Only)
       continue;
     if (!Sp.GlobalOut.empty())
@@ -520,17 +528,23 @@ int bench(Device &D, const Metadata &Meta, const std::string &Only) {
     double Orig = timeIt(D, 30, [&] { runOriginal(D, I); });
     double SliceT = 0, PtbT = 0, PtbChunkT = 0;
     unsigned Chunk = 1;
-    CUdeviceptr Ctrl;
-    CK(cuMemAlloc(&Ctrl, 16));
+    const unsigned Reps = 30, PoolSize = Reps + 1, CtrlStride = 256;
+    CUdeviceptr Pool;
+    CK(cuMemAlloc(&Pool, PoolSize * CtrlStride));
     for (const VariantRecord &V : K->Variants) {
       if (V.Kind == "slice") {
         SliceT = timeIt(D, 30, [&] { runSliced(D, I, V, I.Blocks); });
       } else if (V.Kind == "ptb") {
         unsigned W = occupancyWorkers(D, V, Sp);
         CUfunction F = getFunction(D, V.Name);
+        // Each launch takes a fresh control block from a pool zeroed
+        // beforehand, as a runtime would (one memset per pool, not one per
+        // launch).
         auto Run = [&](unsigned Chunk) {
-          return timeIt(D, 30, [&] {
-            CK(cuMemsetD32Async(Ctrl, 0, 4, D.S));
+          CK(cuMemsetD32Async(Pool, 0, PoolSize * CtrlStride / 4, D.S));
+          unsigned Next = 0;
+          return timeIt(D, Reps, [&] {
+            CUdeviceptr Ctrl = Pool + CUdeviceptr(Next++ % PoolSize) * CtrlStride;
             unsigned G[3] = {W, 1, 1};
             ArgPack P = originalArgs(I);
             addExtras(P, V, Sp, 0, Ctrl, Chunk);
@@ -538,12 +552,18 @@ int bench(Device &D, const Metadata &Meta, const std::string &Only) {
           });
         };
         PtbT = Run(1);
-        // A chunk of blocks per claim, so each worker claims about 4 times.
-        Chunk = (unsigned)std::max<uint64_t>(1, I.Blocks / (uint64_t(W) * 4));
+        // The chunk a scheduler would pick: as many blocks per claim as
+        // fit in a turnaround budget of 10 us (a block's time estimated as
+        // the original's time per wave of W blocks), at most an eighth of a
+        // worker's share so the work stays balanced.
+        double BlockUs = Orig * 1e3 / std::max(1.0, std::ceil((double)I.Blocks / W));
+        uint64_t Fit = (uint64_t)(10.0 / std::max(BlockUs, 1e-3));
+        uint64_t Balance = I.Blocks / (uint64_t(W) * 8);
+        Chunk = (unsigned)std::max<uint64_t>(1, std::min(Fit, Balance));
         PtbChunkT = Chunk > 1 ? Run(Chunk) : PtbT;
       }
     }
-    CK(cuMemFree(Ctrl));
+    CK(cuMemFree(Pool));
     if (SliceT > 0)
       SliceRatios.push_back(SliceT / Orig);
     if (PtbT > 0) {
@@ -557,15 +577,22 @@ int bench(Device &D, const Metadata &Meta, const std::string &Only) {
     freeInstance(I);
   }
   if (!SliceRatios.empty())
-    std::printf("slice/original: median %.3f, p95 %.3f, max %.3f\n", median(SliceRatios),
-                percentile(SliceRatios, 95), percentile(SliceRatios, 100));
+    std::printf("slice/original (scale %u): median %.3f, p95 %.3f, max %.3f\n", Scale,
+                median(SliceRatios), percentile(SliceRatios, 95), percentile(SliceRatios, 100));
   if (!PtbRatios.empty())
-    std::printf("ptb/original:   median %.3f, p95 %.3f, max %.3f\n", median(PtbRatios),
-                percentile(PtbRatios, 95), percentile(PtbRatios, 100));
+    std::printf("ptb/original (scale %u, 1 block per claim): median %.3f, p95 %.3f, max %.3f\n",
+                Scale, median(PtbRatios), percentile(PtbRatios, 95), percentile(PtbRatios, 100));
   if (!PtbChunkRatios.empty())
-    std::printf("ptb (chunked claims)/original: median %.3f, p95 %.3f, max %.3f\n",
-                median(PtbChunkRatios), percentile(PtbChunkRatios, 95),
+    std::printf("ptb/original (scale %u, chunk for a 10 us turnaround): median %.3f, p95 %.3f, "
+                "max %.3f\n",
+                Scale, median(PtbChunkRatios), percentile(PtbChunkRatios, 95),
                 percentile(PtbChunkRatios, 100));
+}
+
+int bench(Device &D, const Metadata &Meta, const std::string &Only) {
+  // Kernels of a few microseconds (scale 64), and 16 times larger ones.
+  for (unsigned Scale : {64u, 1024u})
+    benchScale(D, Meta, Only, Scale);
 
   // Preemption latency: a PTB kernel with many short logical blocks runs;
   // after a random delay the host sets the flag with cuStreamWriteValue32 on
