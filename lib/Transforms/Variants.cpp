@@ -715,8 +715,9 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
 
   // Slot layout in shared memory (words): [0] claimed index or -1 (leave),
   // [1..3] the block's x, y, z (only those the kernel reads are decoded),
-  // [4] blocks this worker finished, [5] next index of the claimed chunk,
-  // [6] blocks left in it. Words 4-6 belong to the leader.
+  // [4] blocks this worker claimed (all finish before it leaves), [5] next
+  // index of the claimed chunk, [6] blocks left in it. Words 4-6 belong to
+  // the leader.
   bool Reads[3] = {false, false, false};
   auto Load = [&](SregUse U) -> std::string {
     if (U.Base == "%nctaid")
@@ -739,14 +740,20 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   std::string Decode;
   if (Reads[0] || Reads[1] || Reads[2])
     Decode += "ld.param.u32 %__tly_t1, [__tly_grid_x];\n";
+  // The remainders are skipped where the quotient is already in range (a
+  // 1-D grid's x, a 2-D grid's y).
   if (Reads[0])
-    Decode += "rem.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
+    Decode += "setp.lt.u32 %__tly_p0, %__tly_t0, %__tly_t1;\n"
+              "mov.u32 %__tly_t2, %__tly_t0;\n"
+              "@!%__tly_p0 rem.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
               "st.shared.u32 [__tly_slot+4], %__tly_t2;\n";
   if (Reads[1] || Reads[2])
     Decode += "div.u32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
               "ld.param.u32 %__tly_t1, [__tly_grid_y];\n";
   if (Reads[1])
-    Decode += "rem.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
+    Decode += "setp.lt.u32 %__tly_p0, %__tly_t0, %__tly_t1;\n"
+              "mov.u32 %__tly_t2, %__tly_t0;\n"
+              "@!%__tly_p0 rem.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
               "st.shared.u32 [__tly_slot+8], %__tly_t2;\n";
   if (Reads[2])
     Decode += "div.u32 %__tly_t2, %__tly_t0, %__tly_t1;\n"
@@ -803,6 +810,11 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                     "min.u32 %__tly_t2, %__tly_t2, %__tly_t1;\n"
                     "st.shared.u32 [__tly_slot+20], %__tly_t0;\n"
                     "st.shared.u32 [__tly_slot+24], %__tly_t2;\n"
+                    // Every block claimed here runs before the worker
+                    // leaves: count the chunk as finished now, once.
+                    "ld.shared.u32 %__tly_t1, [__tly_slot+16];\n"
+                    "add.u32 %__tly_t1, %__tly_t1, %__tly_t2;\n"
+                    "st.shared.u32 [__tly_slot+16], %__tly_t1;\n"
                     "$__tly_take:\n"
                     "ld.shared.u32 %__tly_t0, [__tly_slot+20];\n"
                     "ld.shared.u32 %__tly_t2, [__tly_slot+24];\n"
@@ -824,15 +836,9 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
     return TopCode.takeError();
   insertAtTop(F, std::move(*TopCode));
 
-  // After the body: all threads meet, the leader counts the finished block
-  // (in shared memory, reported when the worker leaves) and claims the next
-  // one.
+  // After the body: all threads meet and go back to claim the next block.
   auto End = code(M, Conv +
-                         "$__tly_done:\n" + LeaderText +
-                         "@!%__tly_lead bra $__tly_claim;\n"
-                         "ld.shared.u32 %__tly_t0, [__tly_slot+16];\n"
-                         "add.u32 %__tly_t0, %__tly_t0, 1;\n"
-                         "st.shared.u32 [__tly_slot+16], %__tly_t0;\n"
+                         "$__tly_done:\n"
                          "bra $__tly_claim;\n"
                          // Leaving: the leader adds the blocks this worker
                          // finished to the done count, with release
