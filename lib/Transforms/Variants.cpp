@@ -716,8 +716,8 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   // Slot layout in shared memory (words): [0] claimed index or -1 (leave),
   // [1..3] the block's x, y, z (only those the kernel reads are decoded),
   // [4] blocks this worker claimed (all finish before it leaves), [5] next
-  // index of the claimed chunk, [6] blocks left in it. Words 4-6 belong to
-  // the leader.
+  // index of the claimed chunk, [6] blocks left in it, [7] the counter's
+  // value after this worker's last claim. Words 4-7 belong to the leader.
   bool Reads[3] = {false, false, false};
   auto Load = [&](SregUse U) -> std::string {
     if (U.Base == "%nctaid")
@@ -772,9 +772,10 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                     ".reg .b32 %__tly_t<4>;\n"
                     ".reg .b64 %__tly_ctrl, %__tly_w;\n"
                     ".reg .pred %__tly_lead, %__tly_p0;\n"
-                    ".shared .align 16 .b32 __tly_slot[7];\n" + LeaderText +
+                    ".shared .align 16 .b32 __tly_slot[8];\n" + LeaderText +
                     "@%__tly_lead st.shared.u32 [__tly_slot+16], 0;\n"
                     "@%__tly_lead st.shared.u32 [__tly_slot+24], 0;\n"
+                    "@%__tly_lead st.shared.u32 [__tly_slot+28], 0;\n"
                     // Claim: thread 0 of the block leaves when preempted or
                     // when no block is left.
                     "$__tly_claim:\n" + LeaderText +
@@ -788,15 +789,37 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                     // One atomic claims the chunk and reads the flag: the
                     // 64-bit add lands on `next` (low word) and returns
                     // the flag (high word) as it was at that moment.
+                    //
+                    // The chunk: guided self-scheduling, capped by
+                    // __tly_chunk (the runtime's bound on the turnaround):
+                    // min(__tly_chunk, max(1, left / (2 * workers))), where
+                    // `left` counts from the counter value this worker saw
+                    // last (slot word 7), so few atomics while much is
+                    // left and single blocks at the end, where balance
+                    // matters. One counter, so blocks are still claimed in
+                    // increasing order.
+                    "ld.param.u32 %__tly_t1, [__tly_grid_x];\n"
+                    "ld.param.u32 %__tly_t3, [__tly_grid_y];\n"
+                    "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t3;\n"
+                    "ld.param.u32 %__tly_t3, [__tly_grid_z];\n"
+                    "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t3;\n"
+                    "ld.shared.u32 %__tly_t0, [__tly_slot+28];\n"
+                    "sub.u32 %__tly_t0, %__tly_t1, %__tly_t0;\n"
+                    "mov.u32 %__tly_t3, %nctaid.x;\n"
+                    "shl.b32 %__tly_t3, %__tly_t3, 1;\n"
+                    "div.u32 %__tly_t0, %__tly_t0, %__tly_t3;\n"
+                    "ld.param.u32 %__tly_t2, [__tly_chunk];\n"
+                    "min.u32 %__tly_t2, %__tly_t2, %__tly_t0;\n"
+                    "max.u32 %__tly_t2, %__tly_t2, 1;\n"
                     "ld.param.u64 %__tly_ctrl, [__tly_ctrl];\n"
                     "cvta.to.global.u64 %__tly_ctrl, %__tly_ctrl;\n"
-                    "ld.param.u32 %__tly_t2, [__tly_chunk];\n"
-                    "max.u32 %__tly_t2, %__tly_t2, 1;\n"
                     "cvt.u64.u32 %__tly_w, %__tly_t2;\n"
                     "atom.global.add.u64 %__tly_w, [%__tly_ctrl], %__tly_w;\n"
                     "mov.b64 {%__tly_t0, %__tly_t1}, %__tly_w;\n"
                     "setp.ne.u32 %__tly_p0, %__tly_t1, 0;\n"
                     "@%__tly_p0 bra $__tly_giveback;\n"
+                    "add.u32 %__tly_t3, %__tly_t0, %__tly_t2;\n"
+                    "st.shared.u32 [__tly_slot+28], %__tly_t3;\n"
                     "ld.param.u32 %__tly_t1, [__tly_grid_x];\n"
                     "ld.param.u32 %__tly_t3, [__tly_grid_y];\n"
                     "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t3;\n"
@@ -853,13 +876,14 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                          "red.release.gpu.global.add.u32 [%__tly_ctrl+8], %__tly_t0;\n"
                          "$__tly_ret:\n"
                          "ret;\n"
-                         // Preempted: the leader takes its claim back
-                         // (%__tly_t3 is -1: the worker leaves). Every claim
+                         // Preempted: the leader takes its claim back and
+                         // publishes -1 (the worker leaves). Every claim
                          // made after the flag was set is taken back, and
                          // all come after those made before, so once the
                          // workers have left `next` is again the first
                          // block not run.
                          "$__tly_giveback:\n"
+                         "mov.u32 %__tly_t3, -1;\n"
                          "cvt.u64.u32 %__tly_w, %__tly_t2;\n"
                          "neg.s64 %__tly_w, %__tly_w;\n"
                          "red.global.add.u64 [%__tly_ctrl], %__tly_w;\n"

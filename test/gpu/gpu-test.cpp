@@ -552,14 +552,13 @@ void benchScale(Device &D, const Metadata &Meta, const std::string &Only, unsign
           });
         };
         PtbT = Run(1);
-        // The chunk a scheduler would pick: as many blocks per claim as
-        // fit in a turnaround budget of 10 us (a block's time estimated as
-        // the original's time per wave of W blocks), at most an eighth of a
-        // worker's share so the work stays balanced.
+        // The largest chunk a scheduler would allow: as many blocks per
+        // claim as fit in a turnaround budget of 10 us (a block's time
+        // estimated as the original's time per wave of W blocks). The
+        // variant claims less as the grid runs out (guided).
         double BlockUs = Orig * 1e3 / std::max(1.0, std::ceil((double)I.Blocks / W));
         uint64_t Fit = (uint64_t)(10.0 / std::max(BlockUs, 1e-3));
-        uint64_t Balance = I.Blocks / (uint64_t(W) * 8);
-        Chunk = (unsigned)std::max<uint64_t>(1, std::min(Fit, Balance));
+        Chunk = (unsigned)std::clamp<uint64_t>(Fit, 1, 64);
         PtbChunkT = Chunk > 1 ? Run(Chunk) : PtbT;
       }
     }

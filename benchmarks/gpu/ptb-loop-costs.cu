@@ -1,0 +1,170 @@
+// ptb-loop-costs.cu - where the time of a persistent-thread-block loop goes
+// on microsecond-scale blocks. The same small block body (a load, a
+// __syncthreads_or, a store: the shape of the GPU suite's short kernels)
+// runs as an ordinary grid and inside persistent-loop variants that add one
+// mechanism at a time: a static block order, the two barriers around each
+// logical block, a leader that claims every block with an atomic and
+// publishes it in shared memory, claims of several blocks, and a claim made
+// one block ahead. Prints the median time of each against the ordinary
+// grid. Built by scripts/prepare-device.sh, run by scripts/gpu.sh.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#define CK(x)                                                                  \
+  do {                                                                         \
+    cudaError_t E = (x);                                                       \
+    if (E != cudaSuccess) {                                                    \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(E));             \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+__device__ __forceinline__ void body(const int *in, int *out, unsigned B) {
+  unsigned I = B * blockDim.x + threadIdx.x;
+  int V = in[I];
+  int R = __syncthreads_or(V < 0);
+  out[I] = V + R;
+}
+
+__global__ void original(const int *in, int *out) { body(in, out, blockIdx.x); }
+
+// Static order, nothing else: block b runs on worker b % W.
+__global__ void staticLoop(const int *in, int *out, unsigned N) {
+  for (unsigned B = blockIdx.x; B < N; B += gridDim.x)
+    body(in, out, B);
+}
+
+// Static order with the two barriers of the PTB loop.
+__global__ void staticTwoBarriers(const int *in, int *out, unsigned N) {
+  for (unsigned B = blockIdx.x; B < N; B += gridDim.x) {
+    __syncthreads();
+    body(in, out, B);
+    __syncthreads();
+  }
+}
+
+// A leader claims each block with an atomic and publishes it.
+__global__ void claimEach(const int *in, int *out, unsigned N, unsigned *Next) {
+  __shared__ unsigned Slot;
+  while (true) {
+    if (threadIdx.x == 0)
+      Slot = atomicAdd(Next, 1u);
+    __syncthreads();
+    unsigned B = Slot;
+    if (B >= N)
+      return;
+    body(in, out, B);
+    __syncthreads();
+  }
+}
+
+// Claims of C blocks, handed out one by one from shared memory.
+__global__ void claimChunk(const int *in, int *out, unsigned N, unsigned *Next,
+                           unsigned C) {
+  __shared__ unsigned Slot, From, Left;
+  if (threadIdx.x == 0)
+    Left = 0;
+  while (true) {
+    if (threadIdx.x == 0) {
+      if (Left == 0) {
+        From = atomicAdd(Next, C);
+        Left = From < N ? min(C, N - From) : 0;
+      }
+      if (Left) {
+        Slot = From++;
+        --Left;
+      } else {
+        Slot = ~0u;
+      }
+    }
+    __syncthreads();
+    unsigned B = Slot;
+    if (B == ~0u)
+      return;
+    body(in, out, B);
+    __syncthreads();
+  }
+}
+
+// The next block is claimed while this one runs (double-buffered slot):
+// one barrier per block, the claim's latency hidden by the body.
+__global__ void claimAhead(const int *in, int *out, unsigned N, unsigned *Next) {
+  __shared__ unsigned Slot[2];
+  if (threadIdx.x == 0)
+    Slot[0] = atomicAdd(Next, 1u);
+  __syncthreads();
+  for (unsigned P = 0;; P ^= 1) {
+    unsigned B = Slot[P];
+    if (B >= N)
+      return;
+    if (threadIdx.x == 0)
+      Slot[P ^ 1] = atomicAdd(Next, 1u);
+    body(in, out, B);
+    __syncthreads();
+  }
+}
+
+template <typename F> float timeIt(F Launch, unsigned *Next) {
+  cudaEvent_t A, B;
+  CK(cudaEventCreate(&A));
+  CK(cudaEventCreate(&B));
+  std::vector<float> T;
+  for (int R = 0; R < 51; ++R) {
+    if (Next)
+      CK(cudaMemset(Next, 0, 4));
+    CK(cudaEventRecord(A));
+    Launch();
+    CK(cudaEventRecord(B));
+    CK(cudaEventSynchronize(B));
+    float Ms;
+    CK(cudaEventElapsedTime(&Ms, A, B));
+    if (R)
+      T.push_back(Ms * 1000);
+  }
+  CK(cudaGetLastError());
+  std::sort(T.begin(), T.end());
+  return T[T.size() / 2];
+}
+
+int main() {
+  cudaDeviceProp P;
+  CK(cudaGetDeviceProperties(&P, 0));
+  const unsigned Threads = 256;
+  std::printf("device: %s, %d SMs\n", P.name, P.multiProcessorCount);
+  std::printf("%-34s %8s %10s %8s\n", "variant", "blocks", "median_us", "ratio");
+  for (unsigned N : {1920u, 30720u, 491520u}) {
+    int *In, *Out;
+    unsigned *Next;
+    CK(cudaMalloc(&In, size_t(N) * Threads * 4));
+    CK(cudaMalloc(&Out, size_t(N) * Threads * 4));
+    CK(cudaMalloc(&Next, 4));
+    CK(cudaMemset(In, 1, size_t(N) * Threads * 4));
+    int PerSM = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&PerSM, claimEach, Threads, 0));
+    unsigned W = PerSM * P.multiProcessorCount;
+    float Base = timeIt([&] { original<<<N, Threads>>>(In, Out); }, nullptr);
+    auto Row = [&](const char *Name, float T) {
+      std::printf("%-34s %8u %10.1f %8.3f\n", Name, N, T, T / Base);
+    };
+    Row("original", Base);
+    Row("static order", timeIt([&] { staticLoop<<<W, Threads>>>(In, Out, N); }, nullptr));
+    Row("static + 2 barriers",
+        timeIt([&] { staticTwoBarriers<<<W, Threads>>>(In, Out, N); }, nullptr));
+    Row("claim each block (atomic)",
+        timeIt([&] { claimEach<<<W, Threads>>>(In, Out, N, Next); }, Next));
+    for (unsigned C : {2u, 4u, 8u}) {
+      char Name[64];
+      std::snprintf(Name, sizeof Name, "claim chunks of %u", C);
+      Row(Name, timeIt([&] { claimChunk<<<W, Threads>>>(In, Out, N, Next, C); }, Next));
+    }
+    Row("claim one block ahead",
+        timeIt([&] { claimAhead<<<W, Threads>>>(In, Out, N, Next); }, Next));
+    CK(cudaFree(In));
+    CK(cudaFree(Out));
+    CK(cudaFree(Next));
+  }
+  return 0;
+}
