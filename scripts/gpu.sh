@@ -71,6 +71,8 @@ awk '/Function : /{f=$3} /BAR\./{n[f]++}
 echo "== benchmarks"
 $T --bench 2>&1 | tee "$OUT/bench.txt"
 bench=${PIPESTATUS[0]}
+echo "== the PTB loop's costs, one mechanism at a time (benchmarks/gpu/ptb-loop-costs.cu)"
+$D/ptb-loop-costs 2>&1 | tee "$OUT/ptb-loop-costs.txt"
 if [[ -f $D/baseline/suite.tally.fatbin ]]; then
   echo "== benchmarks of the baseline build (prepare-device.sh with TALLY_BASELINE)"
   $D/tally-gpu-test --module $D/baseline/suite.tally.fatbin --metadata $D/baseline/suite.yaml \

@@ -24,6 +24,8 @@ nvcc -arch=sm_90a .carry/app.tally.o -o .carry/app.tally
 rm .carry/app.o .carry/app.tally.o
 # The linked program itself rewritten (its fatbin grows: a new segment).
 build/bin/tally-opt -q .carry/app -o .carry/app.exe.tally
+# The PTB loop's cost breakdown (benchmarks/gpu/ptb-loop-costs.cu).
+nvcc -O3 -arch=sm_90a -std=c++17 benchmarks/gpu/ptb-loop-costs.cu -o .carry/ptb-loop-costs
 # The CMake example, built against the installed package.
 rm -rf build/example-install build/example
 cmake --install build --prefix build/example-install >/dev/null

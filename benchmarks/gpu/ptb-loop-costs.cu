@@ -4,8 +4,10 @@
 // runs as an ordinary grid and inside persistent-loop variants that add one
 // mechanism at a time: a static block order, the two barriers around each
 // logical block, a leader that claims every block with an atomic and
-// publishes it in shared memory, claims of several blocks, and a claim made
-// one block ahead. Prints the median time of each against the ordinary
+// publishes it in shared memory, claims of several blocks, a claim made
+// one block ahead, and Tally's own loop (guided chunks, one 64-bit atomic
+// with the flag), with and without the next block of a chunk prepared
+// during the body. Prints the median time of each against the ordinary
 // grid. Built by scripts/prepare-device.sh, run by scripts/gpu.sh.
 #include <cuda_runtime.h>
 
@@ -107,6 +109,87 @@ __global__ void claimAhead(const int *in, int *out, unsigned N, unsigned *Next) 
   }
 }
 
+// Tally's loop as tally-opt emits it, in CUDA: guided chunks of at most C
+// blocks claimed with one 64-bit atomic that also reads the flag, the
+// leader's bookkeeping in shared memory, the index published in a slot.
+__global__ void guided(const int *in, int *out, unsigned N,
+                       unsigned long long *Ctrl, unsigned C) {
+  __shared__ unsigned Slot, From, Left, Seen;
+  bool Lead = threadIdx.x == 0;
+  if (Lead)
+    Left = Seen = 0;
+  while (true) {
+    if (Lead) {
+      unsigned Idx = ~0u;
+      if (Left == 0) {
+        unsigned Want = min(C, max(1u, (N - Seen) / (2 * gridDim.x)));
+        unsigned long long Old = atomicAdd(Ctrl, (unsigned long long)Want);
+        unsigned Got = (unsigned)Old;
+        if ((Old >> 32) == 0 && Got < N) {
+          Seen = Got + Want;
+          From = Got;
+          Left = min(Want, N - Got);
+        }
+      }
+      if (Left) {
+        Idx = From++;
+        --Left;
+      }
+      Slot = Idx;
+    }
+    __syncthreads();
+    unsigned B = Slot;
+    if (B == ~0u)
+      return;
+    body(in, out, B);
+    __syncthreads();
+  }
+}
+
+// The same, with the next block of a claimed chunk prepared during the
+// body (a claimed block always runs, so this is safe): at the boundary the
+// leader only copies it, unless the chunk is used up.
+__global__ void guidedAhead(const int *in, int *out, unsigned N,
+                            unsigned long long *Ctrl, unsigned C) {
+  __shared__ unsigned Slot, From, Left, Seen, Pending;
+  bool Lead = threadIdx.x == 0;
+  if (Lead) {
+    Left = Seen = 0;
+    Pending = ~0u;
+  }
+  while (true) {
+    if (Lead) {
+      unsigned Idx = Pending;
+      if (Idx == ~0u) {
+        unsigned Want = min(C, max(1u, (N - Seen) / (2 * gridDim.x)));
+        unsigned long long Old = atomicAdd(Ctrl, (unsigned long long)Want);
+        unsigned Got = (unsigned)Old;
+        if ((Old >> 32) == 0 && Got < N) {
+          Seen = Got + Want;
+          Idx = Got;
+          From = Got + 1;
+          Left = min(Want, N - Got) - 1;
+        }
+      }
+      Slot = Idx;
+    }
+    __syncthreads();
+    unsigned B = Slot;
+    if (B == ~0u)
+      return;
+    if (Lead) {
+      if (Left) {
+        Pending = From++;
+        --Left;
+      } else {
+        Pending = ~0u;
+      }
+    }
+    body(in, out, B);
+    __syncthreads();
+  }
+}
+
 template <typename F> float timeIt(F Launch, unsigned *Next) {
   cudaEvent_t A, B;
   CK(cudaEventCreate(&A));
@@ -114,7 +197,7 @@ template <typename F> float timeIt(F Launch, unsigned *Next) {
   std::vector<float> T;
   for (int R = 0; R < 51; ++R) {
     if (Next)
-      CK(cudaMemset(Next, 0, 4));
+      CK(cudaMemset(Next, 0, 16));
     CK(cudaEventRecord(A));
     Launch();
     CK(cudaEventRecord(B));
@@ -140,7 +223,7 @@ int main() {
     unsigned *Next;
     CK(cudaMalloc(&In, size_t(N) * Threads * 4));
     CK(cudaMalloc(&Out, size_t(N) * Threads * 4));
-    CK(cudaMalloc(&Next, 4));
+    CK(cudaMalloc(&Next, 16));
     CK(cudaMemset(In, 1, size_t(N) * Threads * 4));
     int PerSM = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&PerSM, claimEach, Threads, 0));
@@ -162,6 +245,14 @@ int main() {
     }
     Row("claim one block ahead",
         timeIt([&] { claimAhead<<<W, Threads>>>(In, Out, N, Next); }, Next));
+    auto *Ctrl = reinterpret_cast<unsigned long long *>(Next);
+    for (unsigned C : {1u, 8u}) {
+      char Name[64];
+      std::snprintf(Name, sizeof Name, "tally: guided, at most %u", C);
+      Row(Name, timeIt([&] { guided<<<W, Threads>>>(In, Out, N, Ctrl, C); }, Next));
+      std::snprintf(Name, sizeof Name, "tally: guided, at most %u, ahead", C);
+      Row(Name, timeIt([&] { guidedAhead<<<W, Threads>>>(In, Out, N, Ctrl, C); }, Next));
+    }
     CK(cudaFree(In));
     CK(cudaFree(Out));
     CK(cudaFree(Next));

@@ -62,6 +62,8 @@ std::string Metadata::toYAML() const {
     Out << YAML::Key << "status" << YAML::Value << K.Status;
     if (!K.Reason.empty())
       Out << YAML::Key << "reason" << YAML::Value << K.Reason;
+    if (K.ReadsGridSize)
+      Out << YAML::Key << "reads_grid_size" << YAML::Value << true;
     if (!K.Notes.empty()) {
       Out << YAML::Key << "notes" << YAML::Value << YAML::BeginSeq;
       for (const std::string &N : K.Notes)
@@ -171,8 +173,10 @@ Expected<Metadata> Metadata::fromYAML(StringRef Text) {
     return schemaError(Root, "unsupported metadata version " + Twine(Version));
   Metadata M;
   YAML::Node Ks = Root["kernels"];
-  if (!Ks || !Ks.IsSequence())
-    return schemaError(Root, "'kernels' must be a list");
+  if (!Ks)
+    return schemaError(Root, "missing 'kernels'");
+  if (!Ks.IsSequence())
+    return schemaError(Ks, "'kernels' must be a list");
   for (const YAML::Node &KN : Ks) {
     if (!KN.IsMap())
       return schemaError(KN, "a kernel must be a map");
@@ -183,6 +187,11 @@ Expected<Metadata> Metadata::fromYAML(StringRef Text) {
       return std::move(E);
     if (Error E = readScalar(KN, "reason", K.Reason, false))
       return std::move(E);
+    if (YAML::Node G = KN["reads_grid_size"]) {
+      if (!G.IsScalar() || (G.Scalar() != "true" && G.Scalar() != "false"))
+        return schemaError(G, "'reads_grid_size' must be true or false");
+      K.ReadsGridSize = G.Scalar() == "true";
+    }
     if (YAML::Node Ns = KN["notes"]; Ns && Ns.IsSequence())
       for (const YAML::Node &N : Ns)
         K.Notes.push_back(N.as<std::string>(""));

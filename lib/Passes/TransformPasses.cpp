@@ -39,6 +39,7 @@ void addReason(KernelRecord &R, StringRef Form, StringRef Why) {
 }
 
 void addNotes(KernelRecord &R, const Legality &L) {
+  R.ReadsGridSize |= L.ReadsGridSize;
   for (const std::string &N : L.Notes)
     if (!is_contained(R.Notes, N))
       R.Notes.push_back(N);

@@ -57,6 +57,12 @@ struct KernelRecord {
   std::vector<VariantRecord> Variants;
   std::vector<std::string> Notes;
   std::vector<Resources> OriginalRes;
+  /// The kernel reads %nctaid: a grid-stride or persistent loop (for
+  /// example a persistent matmul with one block per SM), whose blocks'
+  /// work depends on the grid size. The variants keep the original grid,
+  /// so each logical block does its whole share: preemption comes only
+  /// between these long blocks.
+  bool ReadsGridSize = false;
 };
 
 struct Metadata {
