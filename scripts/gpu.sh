@@ -40,7 +40,7 @@ corr=${PIPESTATUS[0]}
 declare -A san
 for tool in memcheck racecheck synccheck; do
   echo "== compute-sanitizer --tool $tool"
-  compute-sanitizer --tool $tool --print-limit 1000000 $T --quick --timeout 300 \
+  compute-sanitizer --tool $tool --print-limit 1000000 $T --quick --no-stream-wait --timeout 120 \
     >"$OUT/sanitizer-$tool.txt" 2>&1
   # A finding in a variant counts only when the tool says nothing of its
   # original (the suite's originals have known findings: bulk_copy's TMA

@@ -2,13 +2,16 @@
 //
 // Usage: tally-gpu-test --module SUITE.fatbin --metadata SUITE.yaml
 //                       [--only NAME] [--seed N] [--quick] [--bench]
+//                       [--no-stream-wait]
 //                       [--timeout SECONDS]  (per wait; a longer wait is a hang)
 //
 // Correctness (default): for each kernel of examples/gpu/suite.cu, run the
 // original, the sliced variant with several slice sizes and the PTB variant
 // with several worker counts, preempted at random points and resumed until
-// done, and require outputs bit-identical to the original's, no hang, and
-// the PTB progress counters consistent (every claimed block finished).
+// done, and require outputs bit-identical to the original's, no hang, the
+// PTB progress counters consistent (every claimed block finished), and work
+// queued on another stream behind cuStreamWaitValue32 on the done count to
+// see the final outputs.
 //
 // --bench: run time of each variant against the original (median of 30
 // runs, CUDA events) at two input scales (kernels of a few microseconds,
@@ -170,7 +173,7 @@ struct Device {
   CUdevice Dev;
   CUcontext Ctx;
   CUmodule Mod;
-  CUstream S, S2;
+  CUstream S, S2, S3;
   int SMs = 0;
 };
 
@@ -304,6 +307,10 @@ void addExtras(ArgPack &P, const VariantRecord &V, const Spec &Sp, uint32_t Offs
 
 /// Waits for the stream with a deadline; a hang is a failure.
 double WaitSeconds = 20;
+/// Queue work behind cuStreamWaitValue32 on the PTB done count (off under
+/// compute-sanitizer, which serialises streams: the wait, queued before the
+/// relaunches it waits for, would block them).
+bool StreamWait = true;
 
 void waitOrDie(CUstream S, const std::string &What, double Seconds = WaitSeconds) {
   auto Deadline = Clock::now() + std::chrono::duration<double>(Seconds);
@@ -353,6 +360,9 @@ void runSliced(Device &D, Instance &I, const VariantRecord &V, uint64_t SliceBlo
 struct PtbStats {
   unsigned Launches = 0;
   unsigned Preempted = 0;
+  /// The work a third stream queued behind `done` (cuStreamWaitValue32)
+  /// saw the final outputs.
+  bool StreamOrderOK = true;
 };
 
 /// Runs the PTB variant to completion with \p Workers blocks, setting the
@@ -364,6 +374,26 @@ PtbStats runPtb(Device &D, Instance &I, const VariantRecord &V, unsigned Workers
   CK(cuMemAlloc(&Ctrl, 16));
   CK(cuMemsetD32Async(Ctrl, 0, 4, D.S));
   PtbStats St;
+  // What a runtime does to keep the application's stream order across
+  // preemptions: work queued after the kernel waits, on the GPU, for
+  // `done` to reach the block count. Here that work copies the outputs;
+  // the copy must hold the final results.
+  CK(cuStreamSynchronize(D.S)); // the control block is zero before the wait is read
+  std::vector<std::pair<CUdeviceptr, CUdeviceptr>> Snaps;
+  for (size_t B = 0; B < I.Ptrs.size() && StreamWait; ++B) {
+    if (!I.Sp->Bufs[B].Output)
+      continue;
+    CUdeviceptr Copy;
+    CK(cuMemAlloc(&Copy, I.Sp->Bufs[B].Count * 4));
+    Snaps.push_back({Copy, I.Ptrs[B]});
+  }
+  if (StreamWait)
+    CK(cuStreamWaitValue32(D.S3, Ctrl + 8, (cuuint32_t)I.Blocks, CU_STREAM_WAIT_VALUE_GEQ));
+  for (size_t B = 0, O = 0; B < I.Ptrs.size() && StreamWait; ++B)
+    if (I.Sp->Bufs[B].Output) {
+      CK(cuMemcpyDtoDAsync(Snaps[O].first, Snaps[O].second, I.Sp->Bufs[B].Count * 4, D.S3));
+      ++O;
+    }
   const unsigned Delays[] = {0, 2, 10, 40, 150};
   while (true) {
     CK(cuMemsetD32Async(Ctrl + 4, 0, 1, D.S));
@@ -394,6 +424,17 @@ PtbStats runPtb(Device &D, Instance &I, const VariantRecord &V, unsigned Workers
       ++St.Preempted;
     if (St.Launches > MaxPreempt + 2)
       die(V.Name + ": no completion after " + std::to_string(St.Launches) + " launches");
+  }
+  waitOrDie(D.S3, "the stream waiting for " + V.Name + " to complete");
+  for (size_t B = 0, O = 0; B < I.Ptrs.size() && StreamWait; ++B) {
+    if (!I.Sp->Bufs[B].Output)
+      continue;
+    std::vector<uint32_t> Copy(I.Sp->Bufs[B].Count), Final(I.Sp->Bufs[B].Count);
+    CK(cuMemcpyDtoH(Copy.data(), Snaps[O].first, Copy.size() * 4));
+    CK(cuMemcpyDtoH(Final.data(), Snaps[O].second, Final.size() * 4));
+    St.StreamOrderOK &= Copy == Final;
+    CK(cuMemFree(Snaps[O].first));
+    ++O;
   }
   CK(cuMemFree(Ctrl));
   return St;
@@ -459,6 +500,12 @@ int correctness(Device &D, const Metadata &Meta, const std::string &Only, uint32
               resetBuffers(D, I);
               PtbStats St = runPtb(D, I, V, W, MaxPreempt, Rng, Chunk);
               Preempts += St.Preempted;
+              if (!St.StreamOrderOK) {
+                std::printf("  MISMATCH %s workers=%u: work queued behind `done` ran before "
+                            "the last block\n",
+                            V.Name.c_str(), W);
+                OK = false;
+              }
               OK &= compareOutputs(Ref, readOutputs(D, I),
                                    V.Name + " workers=" + std::to_string(W) + " chunk=" +
                                        std::to_string(Chunk) + " preemptions=" +
@@ -691,6 +738,8 @@ int main(int argc, char **argv) {
       Bench = true;
     else if (A == "--quick")
       Quick = true;
+    else if (A == "--no-stream-wait")
+      StreamWait = false;
     else if (A == "--timeout")
       WaitSeconds = std::stod(Next());
     else
@@ -698,7 +747,7 @@ int main(int argc, char **argv) {
   }
   if (CubinPath.empty() || MetaPath.empty())
     die("usage: tally-gpu-test --module FATBIN|CUBIN --metadata F [--only K] [--seed N] "
-        "[--quick] [--bench] [--timeout S]");
+        "[--quick] [--bench] [--no-stream-wait] [--timeout S]");
 
   if (cuInit(0) != CUDA_SUCCESS) {
     std::printf("SKIP: no usable GPU (cuInit failed)\n");
@@ -750,6 +799,7 @@ int main(int argc, char **argv) {
   }
   CK(cuStreamCreate(&D.S, CU_STREAM_NON_BLOCKING));
   CK(cuStreamCreate(&D.S2, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&D.S3, CU_STREAM_NON_BLOCKING));
   int RC = Bench ? bench(D, *Meta, Only) : correctness(D, *Meta, Only, Seed, Quick);
   cuModuleUnload(D.Mod);
   cuDevicePrimaryCtxRelease(D.Dev);
