@@ -144,18 +144,20 @@ static void checkBarrierCalls(const KernelInfo &K, const DivergenceInfo &KernelD
         return I.getBaseOpcode() == "call" && BarrierFuncs.contains(getCallee(I));
       },
       [](const Instruction &) { return true; }, Why);
+  // `Why` describes the last call that needs it: name that one.
   unsigned Ordinal = 0, Kept = 0;
-  std::string FirstBad;
+  std::string LastBad;
   for (const CallSite &C : K.Own.Calls) {
     if (!BarrierFuncs.contains(C.Callee))
       continue;
-    if (Ordinal < Bad.size() && Bad[Ordinal] && FirstBad.empty())
-      FirstBad = C.Callee.str();
-    Kept += !(Ordinal < Bad.size() && Bad[Ordinal]);
+    bool IsBad = Ordinal < Bad.size() && Bad[Ordinal];
+    if (IsBad)
+      LastBad = C.Callee.str();
+    Kept += !IsBad;
     ++Ordinal;
   }
-  if (!FirstBad.empty())
-    V.rejectPtb("barrier inside function " + FirstBad + ", called where not all threads of "
+  if (!LastBad.empty())
+    V.rejectPtb("barrier inside function " + LastBad + ", called where not all threads of "
                 "the block are together (" + Why.str() + ")");
   else if (Kept)
     V.L.Notes.push_back("ptb: " + std::to_string(Kept) +
