@@ -71,6 +71,13 @@ awk '/Function : /{f=$3} /BAR\./{n[f]++}
 echo "== benchmarks"
 $T --bench 2>&1 | tee "$OUT/bench.txt"
 bench=${PIPESTATUS[0]}
+echo "== PTX from outside the corpus (Triton, Inductor, JAX, made here), transformed"
+rm -rf /tmp/outside-ptx
+python3 scripts/outside-ptx.py /tmp/outside-ptx 2>&1 | tee "$OUT/outside-ptx.txt"
+python3 test/corpus/transform.py --corpus /tmp/outside-ptx --tally-opt $D/tally-opt \
+  --min-transformed 0 --report "$OUT/outside-ptx-report.tsv" 2>&1 | tee -a "$OUT/outside-ptx.txt"
+outside=${PIPESTATUS[0]}
+tar czf "$OUT/outside-ptx.tgz" -C /tmp outside-ptx
 echo "== the PTB loop's costs, one mechanism at a time (benchmarks/gpu/ptb-loop-costs.cu)"
 $D/ptb-loop-costs 2>&1 | tee "$OUT/ptb-loop-costs.txt"
 if [[ -f $D/baseline/suite.tally.fatbin ]]; then
@@ -87,9 +94,10 @@ echo "| rewritten object linked, rewritten executable, run | $app |"
 for tool in memcheck racecheck synccheck; do
   echo "| compute-sanitizer $tool (variant-only findings: ${san[$tool]}) | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.txt" | tail -1); flagged: $(tr '\n' ' ' <"$OUT/flagged-$tool.txt") |"
 done
+echo "| PTX from outside the corpus (exit $outside) | $(grep -E '^kernels:' "$OUT/outside-ptx.txt" | tail -1) |"
 echo "| bench (exit $bench) | |"
 grep -E '^(slice|ptb)/original' "$OUT/bench.txt" | sed 's/^/| | /; s/$/ |/'
 [[ -f $OUT/bench-baseline.txt ]] &&
   grep -E '^(ptb/original|preemption)' "$OUT/bench-baseline.txt" | sed 's/^/| baseline | /; s/$/ |/'
 grep -E '^preemption latency' "$OUT/bench.txt" | sed 's/^/| | /; s/$/ |/'
-exit $(( corr != 0 || ${#app} != 11 || san[memcheck] != 0 || san[racecheck] != 0 || san[synccheck] != 0 ))
+exit $(( corr != 0 || outside != 0 || ${#app} != 11 || san[memcheck] != 0 || san[racecheck] != 0 || san[synccheck] != 0 ))

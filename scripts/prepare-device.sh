@@ -10,9 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh >/dev/null
 rm -rf .carry && mkdir -p .carry
-cp build/bin/tally-gpu-test .carry/
+cp build/bin/tally-gpu-test build/bin/tally-opt .carry/
 cp build/gpu/suite.fatbin build/gpu/suite.tally.fatbin build/gpu/suite.yaml .carry/
-strip .carry/tally-gpu-test
+strip .carry/tally-gpu-test .carry/tally-opt
 # A program built the usual way, and the same program linked from the
 # object file tally-opt rewrote (variants inside; the program still
 # launches the originals).
