@@ -2,7 +2,9 @@
 # gpu.sh - one round on the GPU machine (after scripts/prepare-device.sh
 # here): the correctness suite (original vs sliced vs preempted PTB, bit
 # for bit), compute-sanitizer (memcheck, racecheck, synccheck) on every
-# variant, and the benchmarks (variant run time, preemption latency).
+# variant, PTX made fresh by Triton/Inductor/JAX there and transformed
+# (scripts/outside-ptx.py), and the benchmarks (variant run time,
+# preemption latency, the PTB loop's costs).
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,8 @@
 on the GPU machine by the compilers users run: Triton kernels (written here
 in the styles of its tutorials), PyTorch's Inductor (torch.compile of a
 small transformer block and an MLP, forward and backward), and JAX/XLA
-(jit of a few functions, with --xla_dump_to). Writes the .ptx files under
+(jit of a few functions, with --xla_dump_to; this XLA dumps no PTX, which
+the script reports). Writes the distinct .ptx files under
 OUT/<source>/ and prints how many each source gave. Each source is
 optional: one that fails is reported and skipped.
 
@@ -179,9 +180,15 @@ JAX = textwrap.dedent('''
 ''')
 
 
-def run(name, code, env, out, cache_dirs):
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+def run(name, code, env, out, cache_dirs, tmp):
+    # Triton reads its kernels' source: they must live in a file.
+    path = os.path.join(tmp, "make_%s_kernels.py" % name)  # not triton.py: it would shadow triton
+    with open(path, "w") as f:
+        f.write(code)
+    r = subprocess.run([sys.executable, path], env=env, capture_output=True, text=True,
                        timeout=240)
+    if r.stdout.strip():
+        print("%s: %s" % (name, r.stdout.strip().splitlines()[-1]))
     if r.returncode != 0:
         print("%s: failed (%s)" % (name, (r.stderr.strip().splitlines() or ["?"])[-1]))
     n = sum(collect(d, os.path.join(out, name), name) for d in cache_dirs)
@@ -194,15 +201,23 @@ def main():
     tmp = tempfile.mkdtemp(prefix="outside-ptx-")
     env = dict(os.environ)
     env["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
-    run("triton", TRITON, env, out, [env["TRITON_CACHE_DIR"]])
+    run("triton", TRITON, env, out, [env["TRITON_CACHE_DIR"]], tmp)
     env = dict(os.environ)
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
     env["TRITON_CACHE_DIR"] = os.path.join(tmp, "inductor-triton")
-    run("inductor", INDUCTOR, env, out, [env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]])
+    run("inductor", INDUCTOR, env, out, [env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]],
+        tmp)
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_dump_to=" + os.path.join(tmp, "xla")
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    run("jax", JAX, env, out, [os.path.join(tmp, "xla")])
+    run("jax", JAX, env, out, [os.path.join(tmp, "xla")], tmp)
+    # The XLA of 2026-11 (JAX on CUDA 13) dumps HLO, MLIR and autotuning
+    # results but neither PTX nor LLVM IR: say what it dumped.
+    exts = {}
+    for p in glob.glob(os.path.join(tmp, "xla", "**", "*"), recursive=True):
+        e = os.path.splitext(p)[1]
+        exts[e] = exts.get(e, 0) + 1
+    print("jax: dumped %s" % ", ".join("%d %s" % (n, e) for e, n in sorted(exts.items())))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
