@@ -33,14 +33,30 @@ python3 test/corpus/roundtrip.py --no-ptxas \
 echo "== fuzzing (ASan+UBSan, ${TALLY_FUZZ_SECONDS:-60} s per target)"
 fuzzdir=$(mktemp -d)
 trap 'rm -rf "$fuzzdir"' EXIT
+# Seeds for the fatbin reader: small fatbins in every compression mode and
+# a host object, made with the CUDA toolkit.
+mkdir -p "$fuzzdir/seeds-fatbin"
+(
+  cd "$fuzzdir/seeds-fatbin"
+  printf '__global__ void k(int *p) { p[threadIdx.x] += 1; }\n' >k.cu
+  nvcc -ptx -arch=compute_90 k.cu -o k.ptx
+  ptxas -arch=sm_90 k.ptx -o k.cubin
+  im="--image3=kind=elf,sm=90,file=k.cubin --image3=kind=ptx,sm=90,file=k.ptx"
+  for mode in none speed default; do
+    fatbinary --create="k-$mode.fatbin" $im --compress-mode=$mode
+  done
+  fatbinary --create=k-all.fatbin $im --compress-all
+  nvcc -c -arch=sm_90 k.cu -o k.o
+  rm k.cu k.ptx k.cubin
+) >/dev/null
 for fuzzer in build-asan/bin/*-fuzzer; do
   name=$(basename "$fuzzer")
   mkdir -p "$fuzzdir/$name"
   seeds=()
   if [[ $name == ptx-* && -d ../shared/corpus/ptx ]]; then
-    seeds=(../shared/corpus/ptx/cupy ../shared/corpus/ptx/triton-hopper)
-  elif [[ -d test/fuzz/$name ]]; then
-    seeds=("test/fuzz/$name")
+    seeds=(../shared/corpus/ptx/cupy ../shared/corpus/ptx/triton-hopper test/outside-ptx/triton)
+  elif [[ $name == fatbin-fuzzer ]]; then
+    seeds=("$fuzzdir/seeds-fatbin")
   fi
   if ! "$fuzzer" -max_total_time="${TALLY_FUZZ_SECONDS:-60}" -max_len=65536 \
       -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$fuzzdir/$name-" \

@@ -95,7 +95,7 @@ void getDefs(const Instruction &I, SmallVectorImpl<StringRef> &Defs) {
   });
 }
 
-DivergenceInfo::DivergenceInfo(Function &F, const CFG &G) : F(F), G(G) {
+DivergenceInfo::DivergenceInfo(Function &F, const CFG &G) : G(G) {
   unsigned N = G.blocks().size();
   DivRegion.resize(N);
 

@@ -493,7 +493,7 @@ Error Parser::parseFunction(TokenList Linkage) {
 Error Parser::parseScopeBody(ScopeStmt &Scope, const Token &Open) {
   if (Error E = enter(Open))
     return E;
-  auto Leave = llvm::make_scope_exit([&] { --Depth; });
+  llvm::scope_exit Leave([&] { --Depth; });
   while (true) {
     if (consumePunct('}'))
       return Error::success();
@@ -648,7 +648,7 @@ Error Parser::parseGroup(Operand &O, char Closer) {
   const Token &Open = take();
   if (Error E = enter(Open))
     return E;
-  auto Leave = llvm::make_scope_exit([&] { --Depth; });
+  llvm::scope_exit Leave([&] { --Depth; });
   if (consumePunct(Closer))
     return Error::success();
   while (true) {

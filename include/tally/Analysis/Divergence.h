@@ -65,7 +65,6 @@ private:
   /// Blocks that may run after some threads of the block have returned.
   llvm::BitVector blocksAfterReturn() const;
 
-  ptx::Function &F;
   const ptx::CFG &G;
   /// Instructions whose guard (or brx.idx index) differs between threads.
   llvm::DenseMap<const ptx::Instruction *, bool> GuardDivergent;
