@@ -3,6 +3,7 @@
 #include "tally/Passes/Pass.h"
 
 #include "tally/Analysis/Divergence.h"
+#include "tally/Analysis/Liveness.h"
 #include "tally/Analysis/KernelInfo.h"
 #include "tally/PTX/Printer.h"
 #include "tally/PTX/CFG.h"
@@ -98,6 +99,28 @@ public:
   }
 };
 
+/// The registers each function may read before writing them (what the PTB
+/// form resets at the top of every logical block).
+class PrintLivenessPass : public ModulePass {
+public:
+  StringRef getName() const override { return "print<liveness>"; }
+  bool isPrinter() const override { return true; }
+  Error run(Module &M, PassContext &Ctx) override {
+    for (const TopItem &It : M.Items) {
+      if (It.getKind() != TopItem::Kind::Function || !It.Func->Body)
+        continue;
+      CFG G(*It.Func);
+      std::vector<std::string> Live = getLiveInRegisters(G);
+      Ctx.Out << (It.Func->IsEntry ? "kernel " : "function ") << It.Func->Name
+              << ": " << Live.size() << " register(s) read before written";
+      for (const std::string &R : Live)
+        Ctx.Out << ' ' << R;
+      Ctx.Out << '\n';
+    }
+    return Error::success();
+  }
+};
+
 /// Structural checks the parser does not make: every branch target is a
 /// label of the same function and every direct callee is declared.
 class VerifyPass : public ModulePass {
@@ -161,6 +184,9 @@ std::unique_ptr<ModulePass> createPrintCFGPass() {
 }
 std::unique_ptr<ModulePass> createPrintDivergencePass() {
   return std::make_unique<PrintDivergencePass>();
+}
+std::unique_ptr<ModulePass> createPrintLivenessPass() {
+  return std::make_unique<PrintLivenessPass>();
 }
 std::unique_ptr<ModulePass> createVerifyPass() {
   return std::make_unique<VerifyPass>();
