@@ -631,16 +631,20 @@ Expected<VariantRecord> addSliceVariant(Module &M, const Function &K,
 /// Instructions giving a constant to each register the body of \p K may
 /// read before writing it (see Liveness.h), so that no value stays live
 /// from one logical block to the next. Only registers declared at the top
-/// of the body, of types with a plain `mov`.
+/// of the body (before its first instruction), of types with a plain `mov`.
 std::string zeroLiveIns(const Function &K, RewriteStats &Stats) {
   CFG G(const_cast<Function &>(K));
   std::vector<std::string> Live = getLiveInRegisters(G);
   if (Live.empty())
     return {};
   // Register name -> its declaration's type; `%r<N>` covers %r0..%r(N-1).
+  // Only the declarations before the first instruction: the constants go
+  // there (insertAtTop), and a register is used after its declaration.
   StringMap<StringRef> Exact;
   StringMap<std::pair<StringRef, unsigned>> Ranges;
   for (const auto &S : K.Body->Body) {
+    if (!isa<DeclStmt>(S.get()) && !isa<DirectiveStmt>(S.get()))
+      break;
     auto *D = dyn_cast<DeclStmt>(S.get());
     if (!D || D->D.getStateSpace() != ".reg" || D->D.getVectorWidth() != 1)
       continue;
