@@ -379,21 +379,21 @@ PtbStats runPtb(Device &D, Instance &I, const VariantRecord &V, unsigned Workers
   // `done` to reach the block count. Here that work copies the outputs;
   // the copy must hold the final results.
   CK(cuStreamSynchronize(D.S)); // the control block is zero before the wait is read
-  std::vector<std::pair<CUdeviceptr, CUdeviceptr>> Snaps;
-  for (size_t B = 0; B < I.Ptrs.size() && StreamWait; ++B) {
-    if (!I.Sp->Bufs[B].Output)
-      continue;
-    CUdeviceptr Copy;
-    CK(cuMemAlloc(&Copy, I.Sp->Bufs[B].Count * 4));
-    Snaps.push_back({Copy, I.Ptrs[B]});
-  }
+  struct Snapshot {
+    CUdeviceptr Copy, Output;
+    size_t Bytes;
+  };
+  std::vector<Snapshot> Snaps;
+  for (size_t B = 0; B < I.Ptrs.size() && StreamWait; ++B)
+    if (I.Sp->Bufs[B].Output) {
+      Snapshot S{0, I.Ptrs[B], I.Sp->Bufs[B].Count * 4};
+      CK(cuMemAlloc(&S.Copy, S.Bytes));
+      Snaps.push_back(S);
+    }
   if (StreamWait)
     CK(cuStreamWaitValue32(D.S3, Ctrl + 8, (cuuint32_t)I.Blocks, CU_STREAM_WAIT_VALUE_GEQ));
-  for (size_t B = 0, O = 0; B < I.Ptrs.size() && StreamWait; ++B)
-    if (I.Sp->Bufs[B].Output) {
-      CK(cuMemcpyDtoDAsync(Snaps[O].first, Snaps[O].second, I.Sp->Bufs[B].Count * 4, D.S3));
-      ++O;
-    }
+  for (const Snapshot &S : Snaps)
+    CK(cuMemcpyDtoDAsync(S.Copy, S.Output, S.Bytes, D.S3));
   const unsigned Delays[] = {0, 2, 10, 40, 150};
   while (true) {
     CK(cuMemsetD32Async(Ctrl + 4, 0, 1, D.S));
@@ -426,15 +426,12 @@ PtbStats runPtb(Device &D, Instance &I, const VariantRecord &V, unsigned Workers
       die(V.Name + ": no completion after " + std::to_string(St.Launches) + " launches");
   }
   waitOrDie(D.S3, "the stream waiting for " + V.Name + " to complete");
-  for (size_t B = 0, O = 0; B < I.Ptrs.size() && StreamWait; ++B) {
-    if (!I.Sp->Bufs[B].Output)
-      continue;
-    std::vector<uint32_t> Copy(I.Sp->Bufs[B].Count), Final(I.Sp->Bufs[B].Count);
-    CK(cuMemcpyDtoH(Copy.data(), Snaps[O].first, Copy.size() * 4));
-    CK(cuMemcpyDtoH(Final.data(), Snaps[O].second, Final.size() * 4));
+  for (const Snapshot &S : Snaps) {
+    std::vector<uint32_t> Copy(S.Bytes / 4), Final(S.Bytes / 4);
+    CK(cuMemcpyDtoH(Copy.data(), S.Copy, S.Bytes));
+    CK(cuMemcpyDtoH(Final.data(), S.Output, S.Bytes));
     St.StreamOrderOK &= Copy == Final;
-    CK(cuMemFree(Snaps[O].first));
-    ++O;
+    CK(cuMemFree(S.Copy));
   }
   CK(cuMemFree(Ctrl));
   return St;
