@@ -1,0 +1,57 @@
+//===- Config.h - the runtime's settings from TALLY_* variables --*- C++ -*-===//
+//
+// `tally run` passes its options to the runtime as environment variables;
+// LD_PRELOAD=libtally.so with the same variables does the same by hand.
+// Every value is checked: a bad one disables the runtime (the program runs
+// as without Tally) with one error line naming the variable.
+//
+//   TALLY_PRIORITY   high | best-effort (default best-effort)
+//   TALLY_FORCE      original | slice | ptb: every kernel that has the form
+//                    runs in it (default: automatic)
+//   TALLY_PREEMPT    random:N: preempt each PTB launch at up to N random
+//                    points and resume it (N 1..1000)
+//   TALLY_SEED       seed of the random preemption points (default 1)
+//   TALLY_STATS      1 (table on stderr at exit) or a file for the JSON too
+//   TALLY_LOG_LEVEL  error | warn | info | debug (default warn)
+//   TALLY_PTB_CHUNK  logical blocks a PTB worker claims at once (default 1)
+//   TALLY_SLICE_BLOCKS  blocks per slice (default: one wave of the variant)
+//   TALLY_DRIVER     the driver library to open (default libcuda.so.1)
+//   TALLY_DISABLE    1: pass every call through untouched
+//
+//===----------------------------------------------------------------------===//
+#ifndef TALLY_RUNTIME_CONFIG_H
+#define TALLY_RUNTIME_CONFIG_H
+
+#include <cstdint>
+#include <string>
+
+namespace tally::rt {
+
+enum class Priority { High, BestEffort };
+enum class Form { Original, Slice, Ptb };
+enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
+
+const char *formName(Form F);
+
+struct Config {
+  bool Enabled = true;
+  Priority Prio = Priority::BestEffort;
+  bool Forced = false;
+  Form Force = Form::Original;
+  unsigned RandomPreemptions = 0; ///< 0: no random preemption
+  uint64_t Seed = 1;
+  bool Stats = false;
+  std::string StatsFile; ///< JSON destination ("" = table only)
+  LogLevel Level = LogLevel::Warn;
+  uint32_t PtbChunk = 1;
+  uint32_t SliceBlocks = 0; ///< 0: one wave
+  std::string DriverPath = "libcuda.so.1";
+
+  /// Reads the settings through \p GetEnv (getenv, or a map in tests). On a
+  /// bad value returns a config with Enabled = false and \p Error set.
+  static Config fromEnvironment(const char *(*GetEnv)(const char *), std::string &Error);
+};
+
+} // namespace tally::rt
+
+#endif

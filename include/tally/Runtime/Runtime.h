@@ -1,0 +1,85 @@
+//===- Runtime.h - libtally: variants launched in place of kernels -*- C++ -*-===//
+//
+// The runtime behind the interposed driver entry points (Interpose.cpp).
+// For every launch it finds, once per kernel handle, the kernel's name, its
+// module or library, the metadata tally-opt embedded there and the sibling
+// variants; then it runs the launch in the form the policy picks: the
+// original (passed through untouched), sliced (sub-grids in order on the
+// application's stream) or PTB (persistent workers that can be preempted
+// and resumed, with the application's stream gated on the completion count
+// so that later work starts only after every logical block ran).
+//
+// Whatever fails (a missing driver feature, bad metadata, a variant that
+// does not load or launch) makes that kernel run as without Tally, with one
+// warning naming it. Nothing here may change a result or stop a program.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TALLY_RUNTIME_RUNTIME_H
+#define TALLY_RUNTIME_RUNTIME_H
+
+#include "tally/Runtime/Config.h"
+#include "tally/Runtime/DriverTable.h"
+
+#include <cuda.h>
+
+namespace tally::rt {
+
+/// One launch as an entry point received it.
+struct LaunchArgs {
+  CUfunction F = nullptr;
+  unsigned Grid[3] = {1, 1, 1};
+  unsigned Block[3] = {1, 1, 1};
+  unsigned SharedBytes = 0;
+  CUstream Stream = nullptr;
+  void **Params = nullptr;
+  void **Extra = nullptr;
+  /// Came through a per-thread-default-stream entry point (_ptsz): a null
+  /// stream means CU_STREAM_PER_THREAD.
+  bool PerThreadStream = false;
+  /// cuLaunchKernelEx attributes that only the original honours
+  /// (cooperative, clusters, programmatic dependencies, unknown ones).
+  bool OriginalOnly = false;
+};
+
+/// Calls the real entry point the application's call was meant for.
+struct PassThrough {
+  CUresult (*Fn)(const void *Ctx) = nullptr;
+  const void *Ctx = nullptr;
+  CUresult operator()() const { return Fn(Ctx); }
+};
+
+/// Kinds of calls that pass through untouched but are counted.
+enum class Counted { CooperativeLaunch, GraphLaunch };
+
+class Runtime {
+public:
+  /// The runtime, set up on first use; null when it is disabled or the
+  /// driver cannot be opened (then every call passes through).
+  static Runtime *get();
+
+  CUresult launch(const LaunchArgs &A, PassThrough Original);
+  void count(Counted What);
+  void forgetModule(CUmodule M);
+  void forgetLibrary(CUlibrary L);
+
+  /// Finishes every preempted launch and writes the statistics. Runs at
+  /// exit (atexit, registered at the first launch, so before the CUDA
+  /// runtime's own teardown) and is safe to call more than once.
+  void shutdown();
+
+  const Config &config() const;
+  const DriverTable &driver() const;
+
+  struct Impl;
+
+private:
+  explicit Runtime(Impl *I) : I(I) {}
+  Impl *I;
+};
+
+/// The real dlsym (Interpose.cpp), for looking up driver symbols.
+void *realDlsym(void *Handle, const char *Name);
+
+} // namespace tally::rt
+
+#endif

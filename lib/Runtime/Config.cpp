@@ -1,0 +1,113 @@
+//===- Config.cpp - TALLY_* variables -------------------------------------===//
+
+#include "tally/Runtime/Config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace tally::rt {
+
+const char *formName(Form F) {
+  switch (F) {
+  case Form::Original:
+    return "original";
+  case Form::Slice:
+    return "slice";
+  case Form::Ptb:
+    return "ptb";
+  }
+  return "?";
+}
+
+static bool parseUnsigned(const char *S, uint64_t Max, uint64_t &Out) {
+  if (!S || !*S)
+    return false;
+  for (const char *P = S; *P; ++P)
+    if (*P < '0' || *P > '9')
+      return false;
+  errno = 0;
+  unsigned long long V = std::strtoull(S, nullptr, 10);
+  if (errno || V > Max)
+    return false;
+  Out = V;
+  return true;
+}
+
+Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string &Error) {
+  Config C;
+  Error.clear();
+  auto Fail = [&](const char *Var, const char *Value, const char *Expected) {
+    Error = std::string("bad value '") + Value + "' for " + Var + " (expected " + Expected +
+            "); running without Tally";
+    C.Enabled = false;
+    return C;
+  };
+  if (const char *V = GetEnv("TALLY_DISABLE"); V && *V && std::strcmp(V, "0") != 0) {
+    C.Enabled = false;
+    return C;
+  }
+  if (const char *V = GetEnv("TALLY_LOG_LEVEL"); V && *V) {
+    if (!std::strcmp(V, "error"))
+      C.Level = LogLevel::Error;
+    else if (!std::strcmp(V, "warn"))
+      C.Level = LogLevel::Warn;
+    else if (!std::strcmp(V, "info"))
+      C.Level = LogLevel::Info;
+    else if (!std::strcmp(V, "debug"))
+      C.Level = LogLevel::Debug;
+    else
+      return Fail("TALLY_LOG_LEVEL", V, "error, warn, info or debug");
+  }
+  if (const char *V = GetEnv("TALLY_PRIORITY"); V && *V) {
+    if (!std::strcmp(V, "high"))
+      C.Prio = Priority::High;
+    else if (!std::strcmp(V, "best-effort"))
+      C.Prio = Priority::BestEffort;
+    else
+      return Fail("TALLY_PRIORITY", V, "high or best-effort");
+  }
+  if (const char *V = GetEnv("TALLY_FORCE"); V && *V) {
+    C.Forced = true;
+    if (!std::strcmp(V, "original"))
+      C.Force = Form::Original;
+    else if (!std::strcmp(V, "slice"))
+      C.Force = Form::Slice;
+    else if (!std::strcmp(V, "ptb"))
+      C.Force = Form::Ptb;
+    else
+      return Fail("TALLY_FORCE", V, "original, slice or ptb");
+  }
+  if (const char *V = GetEnv("TALLY_PREEMPT"); V && *V) {
+    uint64_t N = 0;
+    if (std::strncmp(V, "random:", 7) != 0 || !parseUnsigned(V + 7, 1000, N) || N == 0)
+      return Fail("TALLY_PREEMPT", V, "random:N with N from 1 to 1000");
+    C.RandomPreemptions = static_cast<unsigned>(N);
+  }
+  if (const char *V = GetEnv("TALLY_SEED"); V && *V) {
+    if (!parseUnsigned(V, UINT64_MAX, C.Seed))
+      return Fail("TALLY_SEED", V, "an unsigned integer");
+  }
+  if (const char *V = GetEnv("TALLY_STATS"); V && *V && std::strcmp(V, "0") != 0) {
+    C.Stats = true;
+    if (std::strcmp(V, "1") != 0)
+      C.StatsFile = V;
+  }
+  if (const char *V = GetEnv("TALLY_PTB_CHUNK"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 1u << 20, N) || N == 0)
+      return Fail("TALLY_PTB_CHUNK", V, "an integer from 1 to 1048576");
+    C.PtbChunk = static_cast<uint32_t>(N);
+  }
+  if (const char *V = GetEnv("TALLY_SLICE_BLOCKS"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, UINT32_MAX, N) || N == 0)
+      return Fail("TALLY_SLICE_BLOCKS", V, "a positive integer");
+    C.SliceBlocks = static_cast<uint32_t>(N);
+  }
+  if (const char *V = GetEnv("TALLY_DRIVER"); V && *V)
+    C.DriverPath = V;
+  return C;
+}
+
+} // namespace tally::rt

@@ -1,0 +1,400 @@
+//===- Interpose.cpp - the driver entry points libtally.so exports --------===//
+//
+// The thin C shim: the symbols an application (or the CUDA runtime, cuBLAS,
+// PyTorch) reaches the driver through, each forwarding to the runtime or
+// straight to the real entry point. Three ways in, all covered:
+//
+//  * direct calls (a program linked with -lcuda): LD_PRELOAD puts these
+//    definitions first;
+//  * dlsym(libcuda, "cu...") (the CUDA runtime finds cuGetProcAddress this
+//    way): dlsym itself is interposed and hands out the wrappers;
+//  * cuGetProcAddress / cuGetProcAddress_v2 (how the CUDA runtime and the
+//    libraries find everything else), every version and flag: the real
+//    function answers, and for the symbols below the answer is replaced by
+//    the wrapper of the same flavour (legacy or per-thread default stream),
+//    with the real pointer kept behind it.
+//
+// Nothing else happens here.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tally/Runtime/Runtime.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+// cuda.h maps these names to versioned symbols; here they are the exported
+// names themselves.
+#undef cuGetProcAddress
+#undef cuLaunchKernel
+#undef cuLaunchKernelEx
+#undef cuLaunchCooperativeKernel
+#undef cuGraphLaunch
+
+using namespace tally::rt;
+
+extern "C" {
+void *dlsym(void *Handle, const char *Name);
+CUresult cuGetProcAddress(const char *Symbol, void **Pfn, int Version, cuuint64_t Flags);
+CUresult cuLaunchKernel_ptsz(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, unsigned Bx,
+                             unsigned By, unsigned Bz, unsigned Smem, CUstream S, void **Params,
+                             void **Extra);
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *Cfg, CUfunction F, void **Params,
+                               void **Extra);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz,
+                                        unsigned Bx, unsigned By, unsigned Bz, unsigned Smem,
+                                        CUstream S, void **Params);
+CUresult cuGraphLaunch_ptsz(CUgraphExec G, CUstream S);
+}
+
+namespace {
+
+enum Hook {
+  HLaunchKernel,
+  HLaunchKernelPtsz,
+  HLaunchKernelEx,
+  HLaunchKernelExPtsz,
+  HLaunchCooperative,
+  HLaunchCooperativePtsz,
+  HGraphLaunch,
+  HGraphLaunchPtsz,
+  HModuleUnload,
+  HLibraryUnload,
+  HGetProcAddress,
+  HGetProcAddressV2,
+  NumHooks
+};
+
+const char *const ExportedName[NumHooks] = {
+    "cuLaunchKernel",         "cuLaunchKernel_ptsz",
+    "cuLaunchKernelEx",       "cuLaunchKernelEx_ptsz",
+    "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
+    "cuGraphLaunch",          "cuGraphLaunch_ptsz",
+    "cuModuleUnload",         "cuLibraryUnload",
+    "cuGetProcAddress",       "cuGetProcAddress_v2"};
+
+std::atomic<void *> Real[NumHooks];
+extern void *const Ours[NumHooks];
+
+using DlsymFn = void *(*)(void *, const char *);
+
+DlsymFn realDlsymFn() {
+  static DlsymFn F = [] {
+    void *P = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!P)
+      P = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    return reinterpret_cast<DlsymFn>(P);
+  }();
+  return F;
+}
+
+void *driverHandle() {
+  static void *H = [] {
+    const char *Path = std::getenv("TALLY_DRIVER");
+    return dlopen(Path && *Path ? Path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  }();
+  return H;
+}
+
+/// The real entry point behind hook \p H.
+template <typename Fn> Fn real(Hook H) {
+  void *P = Real[H].load(std::memory_order_acquire);
+  if (!P) {
+    void *D = driverHandle();
+    P = D ? realDlsymFn()(D, ExportedName[H]) : nullptr;
+    if (P == Ours[H])
+      P = nullptr;
+    Real[H].store(P, std::memory_order_release);
+  }
+  return reinterpret_cast<Fn>(P);
+}
+
+void remember(Hook H, void *RealPtr) {
+  if (RealPtr && RealPtr != Ours[H])
+    Real[H].store(RealPtr, std::memory_order_release);
+}
+
+int hookByName(const char *Name) {
+  if (!Name || Name[0] != 'c' || Name[1] != 'u')
+    return -1;
+  for (int H = 0; H < NumHooks; ++H)
+    if (!std::strcmp(Name, ExportedName[H]))
+      return H;
+  return -1;
+}
+
+/// The wrapper cuGetProcAddress hands out for \p Symbol (a base name).
+int hookForProc(const char *Symbol, int Version, cuuint64_t Flags) {
+  bool Ptsz = Flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  if (!Symbol || Symbol[0] != 'c' || Symbol[1] != 'u')
+    return -1;
+  if (!std::strcmp(Symbol, "cuLaunchKernel"))
+    return Ptsz ? HLaunchKernelPtsz : HLaunchKernel;
+  if (!std::strcmp(Symbol, "cuLaunchKernelEx"))
+    return Ptsz ? HLaunchKernelExPtsz : HLaunchKernelEx;
+  if (!std::strcmp(Symbol, "cuLaunchCooperativeKernel"))
+    return Ptsz ? HLaunchCooperativePtsz : HLaunchCooperative;
+  if (!std::strcmp(Symbol, "cuGraphLaunch"))
+    return Ptsz ? HGraphLaunchPtsz : HGraphLaunch;
+  if (!std::strcmp(Symbol, "cuModuleUnload"))
+    return HModuleUnload;
+  if (!std::strcmp(Symbol, "cuLibraryUnload"))
+    return HLibraryUnload;
+  if (!std::strcmp(Symbol, "cuGetProcAddress"))
+    return Version >= 12000 ? HGetProcAddressV2 : HGetProcAddress;
+  return -1;
+}
+
+void wrapProc(const char *Symbol, void **Pfn, int Version, cuuint64_t Flags) {
+  if (!Pfn || !*Pfn)
+    return;
+  int H = hookForProc(Symbol, Version, Flags);
+  if (H < 0)
+    return;
+  remember(static_cast<Hook>(H), *Pfn);
+  *Pfn = Ours[H];
+}
+
+using LaunchKernelFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                    unsigned, unsigned, unsigned, CUstream, void **, void **);
+using LaunchKernelExFn = CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **);
+
+template <Hook H>
+CUresult launchKernel(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, unsigned Bx,
+                      unsigned By, unsigned Bz, unsigned Smem, CUstream S, void **Params,
+                      void **Extra) {
+  auto Fn = real<LaunchKernelFn>(H);
+  if (!Fn)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  Runtime *RT = Runtime::get();
+  if (!RT)
+    return Fn(F, Gx, Gy, Gz, Bx, By, Bz, Smem, S, Params, Extra);
+  LaunchArgs A;
+  A.F = F;
+  A.Grid[0] = Gx, A.Grid[1] = Gy, A.Grid[2] = Gz;
+  A.Block[0] = Bx, A.Block[1] = By, A.Block[2] = Bz;
+  A.SharedBytes = Smem;
+  A.Stream = S;
+  A.Params = Params;
+  A.Extra = Extra;
+  A.PerThreadStream = H == HLaunchKernelPtsz;
+  struct Call {
+    LaunchKernelFn Fn;
+    const LaunchArgs *A;
+  } C{Fn, &A};
+  PassThrough P{[](const void *Ctx) {
+                  auto *C = static_cast<const Call *>(Ctx);
+                  const LaunchArgs &A = *C->A;
+                  return C->Fn(A.F, A.Grid[0], A.Grid[1], A.Grid[2], A.Block[0], A.Block[1],
+                               A.Block[2], A.SharedBytes, A.Stream, A.Params, A.Extra);
+                },
+                &C};
+  return RT->launch(A, P);
+}
+
+/// Launch attributes under which a variant would not do what the original
+/// does: cooperative launches, clusters, programmatic dependent launch,
+/// and anything this runtime does not know.
+bool originalOnly(const CUlaunchConfig *Cfg) {
+  for (unsigned I = 0; I < Cfg->numAttrs; ++I) {
+    const CUlaunchAttribute &A = Cfg->attrs[I];
+    switch (A.id) {
+    case CU_LAUNCH_ATTRIBUTE_IGNORE:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      break;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+      if (A.value.cooperative)
+        return true;
+      break;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+      if (A.value.clusterDim.x * A.value.clusterDim.y * A.value.clusterDim.z > 1)
+        return true;
+      break;
+    default:
+      return true;
+    }
+  }
+  return false;
+}
+
+template <Hook H>
+CUresult launchKernelEx(const CUlaunchConfig *Cfg, CUfunction F, void **Params, void **Extra) {
+  auto Fn = real<LaunchKernelExFn>(H);
+  if (!Fn)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  Runtime *RT = Runtime::get();
+  if (!RT || !Cfg || (Cfg->numAttrs && !Cfg->attrs))
+    return Fn(Cfg, F, Params, Extra);
+  LaunchArgs A;
+  A.F = F;
+  A.Grid[0] = Cfg->gridDimX, A.Grid[1] = Cfg->gridDimY, A.Grid[2] = Cfg->gridDimZ;
+  A.Block[0] = Cfg->blockDimX, A.Block[1] = Cfg->blockDimY, A.Block[2] = Cfg->blockDimZ;
+  A.SharedBytes = Cfg->sharedMemBytes;
+  A.Stream = Cfg->hStream;
+  A.Params = Params;
+  A.Extra = Extra;
+  A.PerThreadStream = H == HLaunchKernelExPtsz;
+  A.OriginalOnly = originalOnly(Cfg);
+  struct Call {
+    LaunchKernelExFn Fn;
+    const CUlaunchConfig *Cfg;
+    CUfunction F;
+    void **Params, **Extra;
+  } C{Fn, Cfg, F, Params, Extra};
+  PassThrough P{[](const void *Ctx) {
+                  auto *C = static_cast<const Call *>(Ctx);
+                  return C->Fn(C->Cfg, C->F, C->Params, C->Extra);
+                },
+                &C};
+  return RT->launch(A, P);
+}
+
+using LaunchCoopFn = LaunchKernelFn;
+template <Hook H>
+CUresult launchCooperative(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, unsigned Bx,
+                           unsigned By, unsigned Bz, unsigned Smem, CUstream S, void **Params) {
+  using Fn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                          unsigned, CUstream, void **);
+  auto R = real<Fn>(H);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (Runtime *RT = Runtime::get())
+    RT->count(Counted::CooperativeLaunch);
+  return R(F, Gx, Gy, Gz, Bx, By, Bz, Smem, S, Params);
+}
+
+template <Hook H> CUresult graphLaunch(CUgraphExec G, CUstream S) {
+  using Fn = CUresult (*)(CUgraphExec, CUstream);
+  auto R = real<Fn>(H);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (Runtime *RT = Runtime::get())
+    RT->count(Counted::GraphLaunch);
+  return R(G, S);
+}
+
+} // namespace
+
+void *tally::rt::realDlsym(void *Handle, const char *Name) {
+  DlsymFn F = realDlsymFn();
+  return F ? F(Handle, Name) : nullptr;
+}
+
+extern "C" {
+
+__attribute__((visibility("default"))) void *dlsym(void *Handle, const char *Name) {
+  DlsymFn F = realDlsymFn();
+  if (Handle == RTLD_NEXT || !F)
+    // RTLD_NEXT is relative to the caller: this must be a tail call, so the
+    // real dlsym sees the application's return address, not ours.
+    return F ? F(Handle, Name) : nullptr;
+  void *R = F(Handle, Name);
+  int H = hookByName(Name);
+  if (!R || H < 0 || R == Ours[H])
+    return R;
+  remember(static_cast<Hook>(H), R);
+  return Ours[H];
+}
+
+__attribute__((visibility("default"))) CUresult
+cuGetProcAddress_v2(const char *Symbol, void **Pfn, int Version, cuuint64_t Flags,
+                    CUdriverProcAddressQueryResult *Status) {
+  using Fn = CUresult (*)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  auto R = real<Fn>(HGetProcAddressV2);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult Res = R(Symbol, Pfn, Version, Flags, Status);
+  if (Res == CUDA_SUCCESS)
+    wrapProc(Symbol, Pfn, Version, Flags);
+  return Res;
+}
+
+__attribute__((visibility("default"))) CUresult cuGetProcAddress(const char *Symbol, void **Pfn,
+                                                                 int Version, cuuint64_t Flags) {
+  using Fn = CUresult (*)(const char *, void **, int, cuuint64_t);
+  auto R = real<Fn>(HGetProcAddress);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult Res = R(Symbol, Pfn, Version, Flags);
+  if (Res == CUDA_SUCCESS)
+    wrapProc(Symbol, Pfn, Version, Flags);
+  return Res;
+}
+
+#define TALLY_LAUNCH_EXPORT(Name, H)                                                      \
+  __attribute__((visibility("default"))) CUresult Name(                                   \
+      CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, unsigned Bx, unsigned By,      \
+      unsigned Bz, unsigned Smem, CUstream S, void **Params, void **Extra) {              \
+    return launchKernel<H>(F, Gx, Gy, Gz, Bx, By, Bz, Smem, S, Params, Extra);            \
+  }
+TALLY_LAUNCH_EXPORT(cuLaunchKernel, HLaunchKernel)
+TALLY_LAUNCH_EXPORT(cuLaunchKernel_ptsz, HLaunchKernelPtsz)
+
+__attribute__((visibility("default"))) CUresult
+cuLaunchKernelEx(const CUlaunchConfig *Cfg, CUfunction F, void **Params, void **Extra) {
+  return launchKernelEx<HLaunchKernelEx>(Cfg, F, Params, Extra);
+}
+__attribute__((visibility("default"))) CUresult
+cuLaunchKernelEx_ptsz(const CUlaunchConfig *Cfg, CUfunction F, void **Params, void **Extra) {
+  return launchKernelEx<HLaunchKernelExPtsz>(Cfg, F, Params, Extra);
+}
+
+#define TALLY_COOP_EXPORT(Name, H)                                                        \
+  __attribute__((visibility("default"))) CUresult Name(                                   \
+      CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, unsigned Bx, unsigned By,      \
+      unsigned Bz, unsigned Smem, CUstream S, void **Params) {                            \
+    return launchCooperative<H>(F, Gx, Gy, Gz, Bx, By, Bz, Smem, S, Params);              \
+  }
+TALLY_COOP_EXPORT(cuLaunchCooperativeKernel, HLaunchCooperative)
+TALLY_COOP_EXPORT(cuLaunchCooperativeKernel_ptsz, HLaunchCooperativePtsz)
+
+__attribute__((visibility("default"))) CUresult cuGraphLaunch(CUgraphExec G, CUstream S) {
+  return graphLaunch<HGraphLaunch>(G, S);
+}
+__attribute__((visibility("default"))) CUresult cuGraphLaunch_ptsz(CUgraphExec G, CUstream S) {
+  return graphLaunch<HGraphLaunchPtsz>(G, S);
+}
+
+__attribute__((visibility("default"))) CUresult cuModuleUnload(CUmodule M) {
+  using Fn = CUresult (*)(CUmodule);
+  auto R = real<Fn>(HModuleUnload);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (Runtime *RT = Runtime::get())
+    RT->forgetModule(M);
+  return R(M);
+}
+
+__attribute__((visibility("default"))) CUresult cuLibraryUnload(CUlibrary L) {
+  using Fn = CUresult (*)(CUlibrary);
+  auto R = real<Fn>(HLibraryUnload);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (Runtime *RT = Runtime::get())
+    RT->forgetLibrary(L);
+  return R(L);
+}
+
+} // extern "C"
+
+
+namespace {
+/// Our wrappers, constant-initialised (relocated at load time), so that a
+/// dlsym made before any constructor ran already sees them.
+void *const Ours[NumHooks] = {
+    reinterpret_cast<void *>(&cuLaunchKernel),
+    reinterpret_cast<void *>(&cuLaunchKernel_ptsz),
+    reinterpret_cast<void *>(&cuLaunchKernelEx),
+    reinterpret_cast<void *>(&cuLaunchKernelEx_ptsz),
+    reinterpret_cast<void *>(&cuLaunchCooperativeKernel),
+    reinterpret_cast<void *>(&cuLaunchCooperativeKernel_ptsz),
+    reinterpret_cast<void *>(&cuGraphLaunch),
+    reinterpret_cast<void *>(&cuGraphLaunch_ptsz),
+    reinterpret_cast<void *>(&cuModuleUnload),
+    reinterpret_cast<void *>(&cuLibraryUnload),
+    reinterpret_cast<void *>(&cuGetProcAddress),
+    reinterpret_cast<void *>(&cuGetProcAddress_v2)};
+} // namespace

@@ -1,0 +1,524 @@
+//===- Launcher.cpp - launching, preempting and resuming variants ---------===//
+//
+// The mechanism, inside one process:
+//
+//  * Parameters: the original's arguments are copied into the variant's
+//    parameter buffer (from kernelParams through the driver's parameter
+//    layout, or from the `extra` buffer), the extra parameters written at
+//    the offsets the metadata gives; variants are launched with that buffer.
+//  * Slices: sub-grids of the sliced variant, in order, on the
+//    application's stream.
+//  * PTB: on the application's stream S: clear a 16-byte control block from
+//    a pool, launch the workers (about one wave), and, when the launch may
+//    be preempted, `cuStreamWaitValue32(S, done >= blocks)`: later work on S
+//    starts only once every logical block ran, whoever ran it, with no host
+//    synchronisation. The preemptor thread raises the flag from a
+//    high-priority stream, waits for the workers to leave, reads `done`,
+//    and relaunches on an internal non-blocking stream until the grid is
+//    complete. A control block goes back to the pool when the GPU no longer
+//    reads it (its launch's and its gate's events have completed).
+//
+//===----------------------------------------------------------------------===//
+
+#include "RuntimeImpl.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace tally::rt {
+
+using Clock = std::chrono::steady_clock;
+
+bool Runtime::Impl::buildParams(const KernelEntry &K, const VariantInfo &V,
+                                const LaunchArgs &A, uint32_t SliceOffset, CUdeviceptr Ctrl,
+                                std::vector<uint64_t> &Buf, size_t &Bytes) {
+  Bytes = V.ParamBytes;
+  Buf.assign((Bytes + 7) / 8, 0);
+  auto *P = reinterpret_cast<unsigned char *>(Buf.data());
+  if (A.Extra) {
+    void *Src = nullptr;
+    size_t Size = 0;
+    bool HaveSize = false;
+    for (void **E = A.Extra; *E != CU_LAUNCH_PARAM_END; E += 2) {
+      if (*E == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        Src = E[1];
+      } else if (*E == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        if (!E[1])
+          return false;
+        std::memcpy(&Size, E[1], sizeof Size);
+        HaveSize = true;
+      } else {
+        return false; // an option we do not know: leave the launch alone
+      }
+    }
+    if (!HaveSize || (Size && !Src))
+      return false;
+    // Packed buffers may be padded past the last parameter.
+    std::memcpy(P, Src, std::min<size_t>(Size, V.OriginalParamBytes));
+  } else if (!K.Params.empty()) {
+    if (!A.Params)
+      return false;
+    for (size_t I = 0; I < K.Params.size(); ++I) {
+      if (!A.Params[I])
+        return false;
+      std::memcpy(P + K.Params[I].first, A.Params[I], K.Params[I].second);
+    }
+  }
+  for (const ExtraParamSlot &S : V.Extra) {
+    uint64_t Value = 0;
+    switch (S.Role) {
+    case ParamRole::SliceOffset:
+      Value = SliceOffset;
+      break;
+    case ParamRole::GridX:
+      Value = A.Grid[0];
+      break;
+    case ParamRole::GridY:
+      Value = A.Grid[1];
+      break;
+    case ParamRole::GridZ:
+      Value = A.Grid[2];
+      break;
+    case ParamRole::Chunk:
+      Value = Cfg.PtbChunk;
+      break;
+    case ParamRole::Control:
+      Value = Ctrl;
+      break;
+    }
+    if (S.Size == 4) {
+      uint32_t V32 = static_cast<uint32_t>(Value);
+      std::memcpy(P + S.Offset, &V32, 4);
+    } else {
+      std::memcpy(P + S.Offset, &Value, 8);
+    }
+  }
+  return true;
+}
+
+CUresult Runtime::Impl::launchVariant(CUfunction VF, unsigned Grid, const unsigned Block[3],
+                                      unsigned Shared, CUstream S, void *Params,
+                                      size_t Bytes) {
+  void *Extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, Params, CU_LAUNCH_PARAM_BUFFER_SIZE, &Bytes,
+                   CU_LAUNCH_PARAM_END};
+  return D.cuLaunchKernel(VF, Grid, 1, 1, Block[0], Block[1], Block[2], Shared, S, nullptr,
+                          Extra);
+}
+
+int Runtime::Impl::workersPerSM(ContextState &C, CUfunction VF, bool IsKernel,
+                                const LaunchArgs &A) {
+  unsigned Threads = A.Block[0] * A.Block[1] * A.Block[2];
+  auto Key = std::make_tuple(VF, Threads, A.SharedBytes);
+  {
+    std::lock_guard<std::mutex> G(C.Mu);
+    auto It = C.Occupancy.find(Key);
+    if (It != C.Occupancy.end())
+      return It->second;
+  }
+  CUfunction F = VF;
+  int N = 0;
+  CUresult R = CUDA_SUCCESS;
+  if (IsKernel)
+    R = D.cuKernelGetFunction(&F, reinterpret_cast<CUkernel>(VF));
+  if (R == CUDA_SUCCESS)
+    R = D.cuOccupancyMaxActiveBlocksPerMultiprocessor(&N, F, static_cast<int>(Threads),
+                                                      A.SharedBytes);
+  if (R != CUDA_SUCCESS)
+    N = 0;
+  std::lock_guard<std::mutex> G(C.Mu);
+  C.Occupancy[Key] = N;
+  return N;
+}
+
+bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextState &C,
+                                 CUstream S, CUresult &R) {
+  uint64_t Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
+  uint64_t PerSlice = Cfg.SliceBlocks;
+  if (!PerSlice) {
+    int PerSM = workersPerSM(C, K.SliceFn, K.IsLibraryKernel, A);
+    if (PerSM <= 0)
+      return false;
+    PerSlice = uint64_t(PerSM) * C.SMs;
+  }
+  std::vector<uint64_t> Buf;
+  size_t Bytes = 0;
+  for (uint64_t Off = 0; Off < Blocks; Off += PerSlice) {
+    if (!buildParams(K, *K.Slice, A, static_cast<uint32_t>(Off), 0, Buf, Bytes)) {
+      if (Off == 0)
+        return false;
+      R = CUDA_ERROR_UNKNOWN; // cannot happen after the first slice built
+      return true;
+    }
+    unsigned Count = static_cast<unsigned>(std::min(PerSlice, Blocks - Off));
+    R = launchVariant(K.SliceFn, Count, A.Block, A.SharedBytes, S, Buf.data(), Bytes);
+    if (R != CUDA_SUCCESS) {
+      if (Off == 0) {
+        // Nothing ran: the original will.
+        K.Disabled = true;
+        warnOnce(K, "its sliced variant does not launch (" + D.errorName(R) + ")");
+        return false;
+      }
+      logf(LogLevel::Error, "kernel %s: slice at block %llu failed to launch (%s)",
+           K.Name.c_str(), static_cast<unsigned long long>(Off), D.errorName(R).c_str());
+      return true;
+    }
+  }
+  return true;
+}
+
+CUdeviceptr Runtime::Impl::acquireCtrl(ContextState &C) {
+  reclaim(C);
+  std::lock_guard<std::mutex> G(C.Mu);
+  if (C.FreeCtrl.empty()) {
+    // A slab of 256 control blocks; never freed (reused for the process's life).
+    CUdeviceptr Slab = 0;
+    if (D.cuMemAlloc(&Slab, 256 * 16) != CUDA_SUCCESS)
+      return 0;
+    for (int I = 255; I >= 0; --I)
+      C.FreeCtrl.push_back(Slab + I * 16);
+  }
+  CUdeviceptr P = C.FreeCtrl.back();
+  C.FreeCtrl.pop_back();
+  return P;
+}
+
+CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
+  {
+    std::lock_guard<std::mutex> G(C.Mu);
+    auto &Free = Timing ? C.FreeTimingEvents : C.FreeEvents;
+    if (!Free.empty()) {
+      CUevent E = Free.back();
+      Free.pop_back();
+      return E;
+    }
+  }
+  CUevent E = nullptr;
+  if (D.cuEventCreate(&E, Timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+    return nullptr;
+  return E;
+}
+
+void Runtime::Impl::reclaim(ContextState &C) {
+  std::lock_guard<std::mutex> G(C.Mu);
+  while (!C.Retiring.empty()) {
+    PtbLaunch &L = *C.Retiring.front();
+    bool Busy = false;
+    for (CUevent E : {L.End, L.Gate})
+      if (E && D.cuEventQuery(E) == CUDA_ERROR_NOT_READY)
+        Busy = true;
+    if (Busy)
+      break;
+    C.FreeCtrl.push_back(L.Ctrl);
+    for (CUevent E : {L.Start, L.End, L.Gate})
+      if (E)
+        C.FreeEvents.push_back(E);
+    C.Retiring.pop_front();
+  }
+}
+
+void Runtime::Impl::retire(std::unique_ptr<PtbLaunch> L) {
+  ContextState &C = *L->C;
+  std::lock_guard<std::mutex> G(C.Mu);
+  C.Retiring.push_back(std::move(L));
+}
+
+bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState &C,
+                              CUstream S, CUresult &R) {
+  uint64_t Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
+  int PerSM = workersPerSM(C, K.PtbFn, K.IsLibraryKernel, A);
+  if (PerSM <= 0) {
+    logf(LogLevel::Debug, "kernel %s: PTB variant does not fit this block shape",
+         K.Name.c_str());
+    return false;
+  }
+  auto L = std::make_unique<PtbLaunch>();
+  L->K = &K;
+  L->C = &C;
+  L->Blocks = static_cast<uint32_t>(Blocks);
+  L->Workers = static_cast<uint32_t>(std::min<uint64_t>(Blocks, uint64_t(PerSM) * C.SMs));
+  std::memcpy(L->Block, A.Block, sizeof L->Block);
+  L->SharedBytes = A.SharedBytes;
+  bool Preemptible = Cfg.RandomPreemptions > 0;
+  {
+    struct Relaxed {
+      const DriverTable &D;
+      CUstreamCaptureMode M = CU_STREAM_CAPTURE_MODE_RELAXED;
+      Relaxed(const DriverTable &D) : D(D) { D.cuThreadExchangeStreamCaptureMode(&M); }
+      ~Relaxed() { D.cuThreadExchangeStreamCaptureMode(&M); }
+    } Relax(D);
+    L->Ctrl = acquireCtrl(C);
+    L->End = acquireEvent(C, false);
+    if (Preemptible) {
+      L->Start = acquireEvent(C, false);
+      L->Gate = acquireEvent(C, false);
+    }
+  }
+  auto GiveBack = [&] {
+    std::lock_guard<std::mutex> G(C.Mu);
+    if (L->Ctrl)
+      C.FreeCtrl.push_back(L->Ctrl);
+    for (CUevent E : {L->Start, L->End, L->Gate})
+      if (E)
+        C.FreeEvents.push_back(E);
+  };
+  if (!L->Ctrl || !L->End || (Preemptible && (!L->Start || !L->Gate)) ||
+      !buildParams(K, *K.Ptb, A, 0, L->Ctrl, L->ParamBuf, L->ParamBytes)) {
+    GiveBack();
+    return false;
+  }
+  R = D.cuMemsetD32Async(L->Ctrl, 0, 4, S);
+  if (R == CUDA_SUCCESS && Preemptible)
+    R = D.cuEventRecord(L->Start, S);
+  if (R != CUDA_SUCCESS) {
+    // Nothing of the kernel ran; the cleared block is ours alone.
+    GiveBack();
+    return false;
+  }
+  R = launchVariant(K.PtbFn, L->Workers, L->Block, L->SharedBytes, S, L->ParamBuf.data(),
+                    L->ParamBytes);
+  if (R != CUDA_SUCCESS) {
+    K.Disabled = true;
+    warnOnce(K, "its PTB variant does not launch (" + D.errorName(R) + ")");
+    GiveBack();
+    return false;
+  }
+  // From here on the variant runs: errors below may only make it
+  // unpreemptible, never run the original too.
+  bool Gated = false;
+  if (Preemptible && D.cuEventRecord(L->End, S) == CUDA_SUCCESS &&
+      D.cuStreamWaitValue32(S, L->Ctrl + 8, L->Blocks, CU_STREAM_WAIT_VALUE_GEQ) ==
+          CUDA_SUCCESS &&
+      D.cuEventRecord(L->Gate, S) == CUDA_SUCCESS) {
+    Gated = true;
+  }
+  if (!Gated) {
+    // Not preempted: it completes on its own. Its control block is free
+    // again once the launch is over.
+    if (!Preemptible)
+      D.cuEventRecord(L->End, S);
+    retire(std::move(L));
+    return true;
+  }
+  startPreemptor();
+  {
+    std::lock_guard<std::mutex> G(QMu);
+    Queue.push_back(std::move(L));
+  }
+  QCv.notify_one();
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// The preemptor thread
+//===----------------------------------------------------------------------===//
+
+void Runtime::Impl::startPreemptor() {
+  std::lock_guard<std::mutex> G(QMu);
+  if (Preemptor.joinable() || Stopping)
+    return;
+  Preemptor = std::thread([this] { preemptorLoop(); });
+}
+
+void Runtime::Impl::preemptorLoop() {
+  while (true) {
+    std::unique_ptr<PtbLaunch> L;
+    {
+      std::unique_lock<std::mutex> G(QMu);
+      QCv.wait(G, [&] { return !Queue.empty() || Stopping; });
+      if (Queue.empty())
+        return;
+      L = std::move(Queue.front());
+      Queue.pop_front();
+      Current = L.get();
+    }
+    handle(*L);
+    retire(std::move(L));
+    {
+      std::lock_guard<std::mutex> G(QMu);
+      Current = nullptr;
+    }
+    QCv.notify_all();
+  }
+}
+
+/// Polls \p E until it completes; false when the driver reports an error
+/// (a destroyed context at exit, say) or, once the process is exiting,
+/// after 10 s (the program's own exit must not hang on Tally).
+bool Runtime::Impl::waitEvent(CUevent E) {
+  Clock::time_point Deadline{};
+  for (unsigned Spin = 0;; ++Spin) {
+    CUresult R = D.cuEventQuery(E);
+    if (R == CUDA_SUCCESS)
+      return true;
+    if (R != CUDA_ERROR_NOT_READY)
+      return false;
+    if (Spin > 2000) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if ((Spin & 255) == 0 && Shut.load(std::memory_order_relaxed)) {
+        if (Deadline == Clock::time_point{})
+          Deadline = Clock::now() + std::chrono::seconds(10);
+        else if (Clock::now() > Deadline)
+          return false;
+      }
+    }
+  }
+}
+
+bool Runtime::Impl::resume(PtbLaunch &L) {
+  ContextState &C = *L.C;
+  CUresult R = D.cuStreamWriteValue32(C.Resume, L.Ctrl + 4, 0, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (R == CUDA_SUCCESS)
+    R = D.cuEventRecord(L.Start, C.Resume);
+  if (R == CUDA_SUCCESS)
+    R = launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume, L.ParamBuf.data(),
+                      L.ParamBytes);
+  if (R == CUDA_SUCCESS)
+    R = D.cuEventRecord(L.End, C.Resume);
+  if (R == CUDA_SUCCESS) {
+    L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  logf(LogLevel::Error, "kernel %s: resuming a preempted launch failed (%s)", L.K->Name.c_str(),
+       D.errorName(R).c_str());
+  return false;
+}
+
+void Runtime::Impl::handle(PtbLaunch &L) {
+  ContextState &C = *L.C;
+  if (D.cuCtxSetCurrent(C.Ctx) != CUDA_SUCCESS)
+    return;
+  static const unsigned DelaysUs[] = {0, 2, 10, 40, 150};
+  unsigned Attempts = Cfg.RandomPreemptions;
+  bool Stop;
+  {
+    std::lock_guard<std::mutex> G(QMu);
+    Stop = Stopping;
+  }
+  for (unsigned Attempt = 0; Attempt < Attempts && !Stop; ++Attempt) {
+    // Raise the flag only once the (re)launch's control block was cleared
+    // (its Start event completed), or the clear would undo it.
+    if (!waitEvent(L.Start))
+      return;
+    unsigned Delay;
+    {
+      std::lock_guard<std::mutex> G(QMu);
+      Delay = DelaysUs[Rng() % 5];
+      Stop = Stopping;
+    }
+    if (Stop)
+      break;
+    auto Until = Clock::now() + std::chrono::microseconds(Delay);
+    while (Clock::now() < Until) {
+    }
+    if (D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
+        CUDA_SUCCESS)
+      break; // not raised: the launch completes on its own
+    if (!waitEvent(L.End))
+      return;
+    uint32_t Done = 0;
+    if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
+        D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
+      Done = 0; // unknown: resume anyway (a complete grid makes it a no-op)
+    if (Done >= L.Blocks)
+      return; // finished before the flag was seen
+    L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
+    bool Resumed = false;
+    for (int Try = 0; Try < 3 && !Resumed; ++Try)
+      Resumed = resume(L);
+    if (!Resumed) {
+      // The application's stream waits on `done`; leaving it would hang the
+      // program. Release it and say loudly that blocks did not run.
+      logf(LogLevel::Error,
+           "kernel %s: %u of %u logical blocks did not run; releasing its stream",
+           L.K->Name.c_str(), L.Blocks - Done, L.Blocks);
+      D.cuStreamWriteValue32(C.Signal, L.Ctrl + 8, L.Blocks, CU_STREAM_WRITE_VALUE_DEFAULT);
+      return;
+    }
+  }
+}
+
+void Runtime::Impl::waitForOwner(void *Owner) {
+  std::unique_lock<std::mutex> G(QMu);
+  QCv.wait(G, [&] {
+    if (Current && Current->K->Owner == Owner)
+      return false;
+    for (auto &L : Queue)
+      if (L->K->Owner == Owner)
+        return false;
+    return true;
+  });
+}
+
+void Runtime::Impl::stopPreemptor() {
+  {
+    std::lock_guard<std::mutex> G(QMu);
+    Stopping = true;
+  }
+  QCv.notify_all();
+  // The thread finishes what it has (each preempted launch resumed to the
+  // end) and exits.
+  if (Preemptor.joinable())
+    Preemptor.join();
+}
+
+//===----------------------------------------------------------------------===//
+// GPU time per kernel (--stats)
+//===----------------------------------------------------------------------===//
+
+Timing Runtime::Impl::timingStart(ContextState *C, CUstream S) {
+  Timing T;
+  T.Start = acquireEvent(*C, true);
+  if (T.Start && D.cuEventRecord(T.Start, S) != CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> G(C->Mu);
+    C->FreeTimingEvents.push_back(T.Start);
+    T.Start = nullptr;
+  }
+  return T;
+}
+
+void Runtime::Impl::timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K,
+                              bool Launched) {
+  CUevent End = Launched ? acquireEvent(*C, true) : nullptr;
+  if (!End || D.cuEventRecord(End, S) != CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> G(C->Mu);
+    C->FreeTimingEvents.push_back(T.Start);
+    if (End)
+      C->FreeTimingEvents.push_back(End);
+    return;
+  }
+  size_t Pending;
+  {
+    std::lock_guard<std::mutex> G(TMu);
+    Timed.push_back({K, C, T.Start, End});
+    Pending = Timed.size();
+  }
+  if (Pending > 512)
+    harvestTiming(false);
+}
+
+void Runtime::Impl::harvestTiming(bool All) {
+  while (true) {
+    TimedLaunch TL;
+    {
+      std::lock_guard<std::mutex> G(TMu);
+      if (Timed.empty())
+        return;
+      TL = Timed.front();
+      CUresult Q = All ? D.cuEventSynchronize(TL.End) : D.cuEventQuery(TL.End);
+      if (Q == CUDA_ERROR_NOT_READY)
+        return;
+      Timed.pop_front();
+      float Ms = 0;
+      if (Q == CUDA_SUCCESS && D.cuEventElapsedTime(&Ms, TL.Start, TL.End) == CUDA_SUCCESS) {
+        TL.K->GpuNanos.fetch_add(static_cast<uint64_t>(double(Ms) * 1e6),
+                                 std::memory_order_relaxed);
+        TL.K->TimedLaunches.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    std::lock_guard<std::mutex> G(TL.C->Mu);
+    TL.C->FreeTimingEvents.push_back(TL.Start);
+    TL.C->FreeTimingEvents.push_back(TL.End);
+  }
+}
+
+} // namespace tally::rt

@@ -1,0 +1,466 @@
+//===- Runtime.cpp - libtally: variants launched in place of kernels ------===//
+//
+// Resolution (once per kernel handle: name, module or library, embedded
+// metadata, sibling variants, parameter layout), the choice of form, and
+// the statistics. The launch mechanism (control blocks, stream gates,
+// preemption and resumption) is in Launcher.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "RuntimeImpl.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace tally::rt {
+
+static LogLevel CurrentLevel = LogLevel::Warn;
+
+void logf(LogLevel L, const char *Fmt, ...) {
+  if (static_cast<int>(L) > static_cast<int>(CurrentLevel))
+    return;
+  static const char *Prefix[] = {"error", "warning", "info", "debug"};
+  char Buf[1024];
+  va_list Ap;
+  va_start(Ap, Fmt);
+  std::vsnprintf(Buf, sizeof Buf, Fmt, Ap);
+  va_end(Ap);
+  std::fprintf(stderr, "tally: %s: %s\n", Prefix[static_cast<int>(L)], Buf);
+}
+
+//===----------------------------------------------------------------------===//
+// Set-up
+//===----------------------------------------------------------------------===//
+
+static const char *getEnv(const char *Name) { return std::getenv(Name); }
+
+Runtime *Runtime::get() {
+  static Runtime *R = []() -> Runtime * {
+    std::string Err;
+    Config C = Config::fromEnvironment(getEnv, Err);
+    CurrentLevel = C.Level;
+    if (!Err.empty())
+      logf(LogLevel::Error, "%s", Err.c_str());
+    if (!C.Enabled)
+      return nullptr;
+    void *H = dlopen(C.DriverPath.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!H) {
+      logf(LogLevel::Warn, "cannot open the CUDA driver '%s' (%s); running without Tally",
+           C.DriverPath.c_str(), dlerror());
+      return nullptr;
+    }
+    auto *Impl = new Runtime::Impl();
+    Impl->Cfg = C;
+    Impl->DriverHandle = H;
+    std::string Missing, MissingOptional;
+    if (!Impl->D.load(H, realDlsym, Missing, MissingOptional)) {
+      logf(LogLevel::Warn, "the CUDA driver lacks %s; running without Tally", Missing.c_str());
+      delete Impl;
+      return nullptr;
+    }
+    Impl->checkFeatures(MissingOptional);
+    Impl->Rng.seed(C.Seed);
+    logf(LogLevel::Info, "runtime loaded (priority %s, form %s%s)",
+         C.Prio == Priority::High ? "high" : "best-effort",
+         C.Forced ? formName(C.Force) : "automatic",
+         C.RandomPreemptions ? ", random preemption" : "");
+    return new Runtime(Impl);
+  }();
+  return R;
+}
+
+void Runtime::Impl::checkFeatures(const std::string &MissingOptional) {
+  const DriverTable &T = D;
+  bool Lookup = T.cuFuncGetName && T.cuFuncGetModule && T.cuModuleGetFunction &&
+                T.cuModuleGetGlobal;
+  bool LibLookup = T.cuKernelGetName && T.cuKernelGetLibrary && T.cuLibraryGetKernel &&
+                   T.cuLibraryGetGlobal && T.cuKernelGetFunction;
+  bool Common = T.cuCtxGetDevice && T.cuDeviceGetAttribute &&
+                T.cuOccupancyMaxActiveBlocksPerMultiprocessor && T.cuStreamIsCapturing &&
+                T.cuThreadExchangeStreamCaptureMode && T.cuStreamCreateWithPriority &&
+                T.cuCtxGetStreamPriorityRange && T.cuStreamSynchronize && T.cuMemcpyDtoHAsync &&
+                T.cuEventCreate && T.cuEventRecord && T.cuEventQuery && T.cuEventSynchronize &&
+                T.cuEventElapsedTime && (T.cuFuncGetParamInfo || T.cuKernelGetParamInfo);
+  VariantsUsable = Common && (Lookup || LibLookup);
+  PtbUsable = VariantsUsable && T.cuMemAlloc && T.cuMemsetD32Async && T.cuStreamWaitValue32 &&
+              T.cuStreamWriteValue32 && T.cuStreamWaitEvent && T.cuCtxSetCurrent;
+  if (!MissingOptional.empty() && (!VariantsUsable || !PtbUsable))
+    logf(LogLevel::Warn, "the CUDA driver lacks %s: %s", MissingOptional.c_str(),
+         VariantsUsable ? "PTB variants are off" : "kernels run as they are");
+}
+
+const Config &Runtime::config() const { return I->Cfg; }
+const DriverTable &Runtime::driver() const { return I->D; }
+
+//===----------------------------------------------------------------------===//
+// Resolution
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Runs driver calls that are not stream work (allocations, copies into
+/// our own memory) in relaxed capture mode, so that they cannot invalidate
+/// a graph capture another thread of the application has going.
+struct RelaxedCapture {
+  const DriverTable &D;
+  CUstreamCaptureMode Old = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool Changed = false;
+  explicit RelaxedCapture(const DriverTable &D) : D(D) {
+    if (D.cuThreadExchangeStreamCaptureMode)
+      Changed = D.cuThreadExchangeStreamCaptureMode(&Old) == CUDA_SUCCESS;
+  }
+  ~RelaxedCapture() {
+    if (Changed)
+      D.cuThreadExchangeStreamCaptureMode(&Old);
+  }
+};
+} // namespace
+
+ContextState *Runtime::Impl::context() {
+  CUcontext Ctx = nullptr;
+  if (D.cuCtxGetCurrent(&Ctx) != CUDA_SUCCESS || !Ctx)
+    return nullptr;
+  std::lock_guard<std::mutex> G(Mu);
+  auto &Slot = Contexts[Ctx];
+  if (Slot)
+    return Slot->Usable ? Slot.get() : nullptr;
+  Slot = std::make_unique<ContextState>();
+  ContextState &C = *Slot;
+  C.Ctx = Ctx;
+  if (!VariantsUsable)
+    return nullptr;
+  RelaxedCapture Relax(D);
+  CUdevice Dev = 0;
+  int Least = 0, Greatest = 0;
+  CUresult R = D.cuCtxGetDevice(&Dev);
+  if (R == CUDA_SUCCESS)
+    R = D.cuDeviceGetAttribute(&C.SMs, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, Dev);
+  if (R == CUDA_SUCCESS)
+    R = D.cuCtxGetStreamPriorityRange(&Least, &Greatest);
+  // Both internal streams are non-blocking: work the application queues
+  // on the legacy default stream (a gate, say) must never hold them up.
+  if (R == CUDA_SUCCESS)
+    R = D.cuStreamCreateWithPriority(&C.Resume, CU_STREAM_NON_BLOCKING, Least);
+  if (R == CUDA_SUCCESS)
+    R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING, Greatest);
+  if (R != CUDA_SUCCESS || C.SMs <= 0) {
+    logf(LogLevel::Warn, "cannot set up a CUDA context for variants (%s); its kernels run as they are",
+         D.errorName(R).c_str());
+    return nullptr;
+  }
+  C.Usable = true;
+  return &C;
+}
+
+/// Reads and parses the metadata of a module or library (once).
+ModuleEntry *Runtime::Impl::moduleEntry(void *Owner, bool IsLibrary, ContextState *C) {
+  {
+    std::lock_guard<std::mutex> G(Mu);
+    auto It = Modules.find(Owner);
+    if (It != Modules.end())
+      return It->second.get();
+  }
+  auto E = std::make_unique<ModuleEntry>();
+  E->IsLibrary = IsLibrary;
+  CUdeviceptr Ptr = 0;
+  size_t Bytes = 0;
+  CUresult R = IsLibrary ? D.cuLibraryGetGlobal(&Ptr, &Bytes, static_cast<CUlibrary>(Owner),
+                                                "__tally_metadata")
+                         : D.cuModuleGetGlobal(&Ptr, &Bytes, static_cast<CUmodule>(Owner),
+                                               "__tally_metadata");
+  if (R == CUDA_SUCCESS && C) {
+    if (Bytes == 0 || Bytes > (64u << 20)) {
+      E->Problem = "embedded metadata of " + std::to_string(Bytes) + " bytes";
+    } else {
+      std::string Text(Bytes, '\0');
+      RelaxedCapture Relax(D);
+      R = D.cuMemcpyDtoHAsync(&Text[0], Ptr, Bytes, C->Resume);
+      if (R == CUDA_SUCCESS)
+        R = D.cuStreamSynchronize(C->Resume);
+      if (R != CUDA_SUCCESS) {
+        E->Problem = "cannot read the embedded metadata (" + D.errorName(R) + ")";
+      } else {
+        size_t End = Text.find('\0');
+        std::string Error;
+        if (!parseModuleMetadata(std::string_view(Text.data(), End == std::string::npos ? Bytes : End),
+                                 E->Meta, Error))
+          E->Problem = "malformed metadata (metadata:" + Error + ")";
+        else
+          E->HasMeta = true;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> G(Mu);
+  auto &Slot = Modules[Owner];
+  if (!Slot)
+    Slot = std::move(E);
+  return Slot.get();
+}
+
+static bool paramLayout(const DriverTable &D, CUfunction F, bool IsKernel,
+                        std::vector<std::pair<uint32_t, uint32_t>> &Out) {
+  Out.clear();
+  for (size_t I = 0; I < 4096; ++I) {
+    size_t Off = 0, Size = 0;
+    CUresult R = IsKernel && D.cuKernelGetParamInfo
+                     ? D.cuKernelGetParamInfo(reinterpret_cast<CUkernel>(F), I, &Off, &Size)
+                 : D.cuFuncGetParamInfo ? D.cuFuncGetParamInfo(F, I, &Off, &Size)
+                                        : CUDA_ERROR_NOT_SUPPORTED;
+    if (R == CUDA_ERROR_INVALID_VALUE)
+      return true; // past the last parameter
+    if (R != CUDA_SUCCESS || Off > UINT32_MAX || Size > UINT32_MAX)
+      return false;
+    Out.emplace_back(static_cast<uint32_t>(Off), static_cast<uint32_t>(Size));
+  }
+  return false;
+}
+
+void Runtime::Impl::resolve(KernelEntry &K, CUfunction F) {
+  const char *Name = nullptr;
+  void *Owner = nullptr;
+  bool IsKernel = false;
+  if (D.cuFuncGetName && D.cuFuncGetModule && D.cuFuncGetName(&Name, F) == CUDA_SUCCESS && Name) {
+    CUmodule M = nullptr;
+    if (D.cuFuncGetModule(&M, F) == CUDA_SUCCESS)
+      Owner = M;
+  }
+  if (!Owner && D.cuKernelGetName && D.cuKernelGetLibrary &&
+      D.cuKernelGetName(&Name, reinterpret_cast<CUkernel>(F)) == CUDA_SUCCESS && Name) {
+    CUlibrary L = nullptr;
+    if (D.cuKernelGetLibrary(&L, reinterpret_cast<CUkernel>(F)) == CUDA_SUCCESS) {
+      Owner = L;
+      IsKernel = true;
+    }
+  }
+  K.Name = Name ? Name : "(unnamed kernel)";
+  K.Owner = Owner;
+  K.IsLibraryKernel = IsKernel;
+  if (!Owner) {
+    K.WhyNoVariants = "the driver does not say which module it belongs to";
+    return;
+  }
+  ContextState *C = context();
+  if (!C) {
+    K.WhyNoVariants = "variants are off in this context";
+    return;
+  }
+  ModuleEntry *M = moduleEntry(Owner, IsKernel, C);
+  if (!M->HasMeta) {
+    K.WhyNoVariants = M->Problem.empty() ? "no Tally metadata in its module" : M->Problem;
+    if (!M->Problem.empty() && !M->Warned.exchange(true))
+      logf(LogLevel::Warn, "module of kernel %s: %s; its kernels run as they are",
+           K.Name.c_str(), M->Problem.c_str());
+    return;
+  }
+  const KernelMetadata *KM = M->Meta.find(K.Name);
+  if (!KM) {
+    K.WhyNoVariants = "not in its module's Tally metadata";
+    return;
+  }
+  K.ReadsGridSize = KM->ReadsGridSize;
+  if (KM->Variants.empty()) {
+    K.WhyNoVariants = KM->Reason.empty() ? "rejected by tally-opt" : KM->Reason;
+    return;
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> Layout;
+  if (!paramLayout(D, F, IsKernel, Layout)) {
+    K.WhyNoVariants = "the driver does not give its parameter layout";
+    warnOnce(K, K.WhyNoVariants);
+    return;
+  }
+  for (const VariantInfo &V : KM->Variants) {
+    bool Fits = true;
+    for (auto [Off, Size] : Layout)
+      Fits &= uint64_t(Off) + Size <= V.OriginalParamBytes;
+    if (!Fits) {
+      K.WhyNoVariants = "its parameters do not match the metadata of " + V.Name;
+      warnOnce(K, K.WhyNoVariants);
+      return;
+    }
+    CUfunction VF = nullptr;
+    CUresult R;
+    if (IsKernel) {
+      CUkernel VK = nullptr;
+      R = D.cuLibraryGetKernel(&VK, static_cast<CUlibrary>(Owner), V.Name.c_str());
+      VF = reinterpret_cast<CUfunction>(VK);
+    } else {
+      R = D.cuModuleGetFunction(&VF, static_cast<CUmodule>(Owner), V.Name.c_str());
+    }
+    if (R != CUDA_SUCCESS || !VF) {
+      warnOnce(K, "variant " + V.Name + " does not load (" + D.errorName(R) + ")");
+      continue;
+    }
+    if (V.Kind == VariantKind::Slice) {
+      K.Slice = V;
+      K.SliceFn = VF;
+    } else {
+      K.Ptb = V;
+      K.PtbFn = VF;
+    }
+  }
+  K.Params = std::move(Layout);
+  if (!K.Slice && !K.Ptb)
+    K.WhyNoVariants = "its variants do not load";
+}
+
+void Runtime::Impl::warnOnce(KernelEntry &K, const std::string &Msg) {
+  if (!K.Warned.exchange(true))
+    logf(LogLevel::Warn, "kernel %s: %s; it runs as it is", K.Name.c_str(), Msg.c_str());
+}
+
+KernelEntry *Runtime::Impl::lookup(CUfunction F) {
+  // One entry per thread caches the last kernel: launch loops of one
+  // kernel take no lock. Unloads bump the generation.
+  thread_local CUfunction LastF = nullptr;
+  thread_local KernelEntry *LastK = nullptr;
+  thread_local uint64_t LastGen = 0;
+  uint64_t Gen = Generation.load(std::memory_order_acquire);
+  if (F == LastF && Gen == LastGen && LastK)
+    return LastK;
+  KernelEntry *K = nullptr;
+  {
+    std::lock_guard<std::mutex> G(Mu);
+    auto It = Kernels.find(F);
+    if (It != Kernels.end())
+      K = It->second;
+  }
+  if (!K) {
+    auto New = std::make_unique<KernelEntry>();
+    {
+      RelaxedCapture Relax(D);
+      resolve(*New, F);
+    }
+    if (!New->WhyNoVariants.empty())
+      logf(LogLevel::Debug, "kernel %s has no variants: %s", New->Name.c_str(),
+           New->WhyNoVariants.c_str());
+    std::lock_guard<std::mutex> G(Mu);
+    auto &Slot = Kernels[F];
+    if (!Slot) {
+      AllKernels.push_back(std::move(New));
+      Slot = AllKernels.back().get();
+    }
+    K = Slot;
+  }
+  LastF = F;
+  LastK = K;
+  LastGen = Gen;
+  return K;
+}
+
+void Runtime::forgetModule(CUmodule M) { I->forget(M); }
+void Runtime::forgetLibrary(CUlibrary L) { I->forget(L); }
+
+void Runtime::Impl::forget(void *Owner) {
+  // Launches of the module's kernels still being preempted and resumed
+  // need it: let the preemptor finish them first.
+  waitForOwner(Owner);
+  std::lock_guard<std::mutex> G(Mu);
+  Modules.erase(Owner);
+  for (auto It = Kernels.begin(); It != Kernels.end();)
+    if (It->second->Owner == Owner)
+      It = Kernels.erase(It);
+    else
+      ++It;
+  Generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+//===----------------------------------------------------------------------===//
+// Launches
+//===----------------------------------------------------------------------===//
+
+Form Runtime::Impl::choose(const KernelEntry &K, const LaunchArgs &A) const {
+  // Part 1 of the runtime has no scheduler: without --force kernels run as
+  // they are. The cross-process policy plugs in here.
+  if (!Cfg.Forced || Cfg.Force == Form::Original || A.OriginalOnly ||
+      K.Disabled.load(std::memory_order_relaxed))
+    return Form::Original;
+  uint64_t Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
+  if (Blocks == 0 || Blocks > UINT32_MAX)
+    return Form::Original;
+  if (Cfg.Force == Form::Ptb && K.Ptb && PtbUsable)
+    return Form::Ptb;
+  if (Cfg.Force == Form::Slice && K.Slice)
+    return Form::Slice;
+  return Form::Original;
+}
+
+CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
+  Impl &S = *I;
+  if (S.Shut.load(std::memory_order_acquire))
+    return Original();
+  S.registerExit();
+  KernelEntry *K = S.lookup(A.F);
+  Form F = S.choose(*K, A);
+  CUstream Stream = A.Stream;
+  if (!Stream)
+    Stream = A.PerThreadStream ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  bool Capturing = false;
+  if (F != Form::Original || S.Cfg.Stats) {
+    CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult R = S.D.cuStreamIsCapturing ? S.D.cuStreamIsCapturing(Stream, &St)
+                                         : CUDA_ERROR_NOT_SUPPORTED;
+    Capturing = R != CUDA_SUCCESS || St != CU_STREAM_CAPTURE_STATUS_NONE;
+    if (Capturing && F != Form::Original) {
+      K->Captured.fetch_add(1, std::memory_order_relaxed);
+      F = Form::Original;
+    }
+  }
+  ContextState *C = F != Form::Original || (S.Cfg.Stats && !Capturing) ? S.context() : nullptr;
+  if (!C)
+    F = Form::Original;
+  Timing T = S.Cfg.Stats && C && !Capturing ? S.timingStart(C, Stream) : Timing{};
+  CUresult R = CUDA_SUCCESS;
+  bool Done = false;
+  if (F == Form::Ptb)
+    Done = S.launchPtb(*K, A, *C, Stream, R);
+  else if (F == Form::Slice)
+    Done = S.launchSliced(*K, A, *C, Stream, R);
+  if (!Done) {
+    if (F != Form::Original)
+      K->Fallbacks.fetch_add(1, std::memory_order_relaxed);
+    F = Form::Original;
+    R = Original();
+  }
+  if (R == CUDA_SUCCESS)
+    K->Launches[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed);
+  if (T.Start)
+    S.timingEnd(C, Stream, T, K, R == CUDA_SUCCESS);
+  return R;
+}
+
+void Runtime::count(Counted What) {
+  if (What == Counted::CooperativeLaunch)
+    I->CooperativeLaunches.fetch_add(1, std::memory_order_relaxed);
+  else
+    I->GraphLaunches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Runtime::Impl::registerExit() {
+  if (ExitRegistered.load(std::memory_order_acquire))
+    return;
+  std::call_once(ExitOnce, [] {
+    // Registered at the first launch, after the CUDA runtime registered its
+    // own teardown, so it runs first: pending preempted launches finish
+    // while the context is alive.
+    std::atexit([] {
+      if (Runtime *R = Runtime::get())
+        R->shutdown();
+    });
+  });
+  ExitRegistered.store(true, std::memory_order_release);
+}
+
+void Runtime::shutdown() {
+  if (I->Shut.exchange(true))
+    return;
+  I->stopPreemptor();
+  I->harvestTiming(/*All=*/true);
+  if (I->Cfg.Stats)
+    I->writeStats();
+}
+
+} // namespace tally::rt

@@ -1,0 +1,160 @@
+//===- Stats.cpp - what the runtime did, at exit --------------------------===//
+//
+// Per kernel (by name, over every handle and context): launches by form,
+// preemptions, resumptions, launches that went to the original because the
+// stream was being captured into a graph or a variant failed, and GPU time
+// (from events around each launch, on the application's stream: for a
+// preempted PTB launch it includes the time the launch was held). Kernels
+// without variants are listed with the reason: their GPU time is the part
+// of the program that cannot be preempted. A table on stderr, and JSON when
+// TALLY_STATS names a file.
+//
+//===----------------------------------------------------------------------===//
+
+#include "RuntimeImpl.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace tally::rt {
+
+namespace {
+struct Row {
+  std::string Name;
+  bool HasVariants = false;
+  std::string Why;
+  uint64_t Launches[3] = {};
+  uint64_t Preemptions = 0, Resumptions = 0, Captured = 0, Fallbacks = 0, GpuNanos = 0;
+  uint64_t total() const { return Launches[0] + Launches[1] + Launches[2]; }
+};
+
+std::string jsonString(const std::string &S) {
+  std::string O = "\"";
+  for (unsigned char C : S) {
+    if (C == '"' || C == '\\') {
+      O += '\\';
+      O += static_cast<char>(C);
+    } else if (C < 0x20) {
+      char B[8];
+      std::snprintf(B, sizeof B, "\\u%04x", C);
+      O += B;
+    } else {
+      O += static_cast<char>(C);
+    }
+  }
+  return O + "\"";
+}
+} // namespace
+
+void Runtime::Impl::writeStats() {
+  std::vector<Row> Rows;
+  {
+    std::lock_guard<std::mutex> G(Mu);
+    for (const auto &KP : AllKernels) {
+      const KernelEntry &K = *KP;
+      auto It = std::find_if(Rows.begin(), Rows.end(), [&](const Row &R) { return R.Name == K.Name; });
+      if (It == Rows.end()) {
+        Rows.emplace_back();
+        It = Rows.end() - 1;
+        It->Name = K.Name;
+      }
+      It->HasVariants |= K.hasVariants();
+      if (!K.hasVariants() && It->Why.empty())
+        It->Why = K.WhyNoVariants;
+      for (int F = 0; F < 3; ++F)
+        It->Launches[F] += K.Launches[F].load();
+      It->Preemptions += K.Preemptions.load();
+      It->Resumptions += K.Resumptions.load();
+      It->Captured += K.Captured.load();
+      It->Fallbacks += K.Fallbacks.load();
+      It->GpuNanos += K.GpuNanos.load();
+    }
+  }
+  std::stable_sort(Rows.begin(), Rows.end(), [](const Row &A, const Row &B) {
+    if (A.HasVariants != B.HasVariants)
+      return A.HasVariants;
+    return A.GpuNanos > B.GpuNanos;
+  });
+  uint64_t Total = 0, Without = 0, LaunchesAll = 0, LaunchesWithout = 0;
+  for (const Row &R : Rows) {
+    Total += R.GpuNanos;
+    LaunchesAll += R.total();
+    if (!R.HasVariants) {
+      Without += R.GpuNanos;
+      LaunchesWithout += R.total();
+    }
+  }
+  double Share = Total ? double(Without) / double(Total) : 0.0;
+  std::string Mode = Cfg.Forced ? formName(Cfg.Force) : "automatic";
+
+  FILE *E = stderr;
+  std::fprintf(E, "tally: statistics of pid %d (priority %s, form %s", static_cast<int>(getpid()),
+               Cfg.Prio == Priority::High ? "high" : "best-effort", Mode.c_str());
+  if (Cfg.RandomPreemptions)
+    std::fprintf(E, ", preempt random:%u", Cfg.RandomPreemptions);
+  std::fprintf(E, ")\n");
+  std::fprintf(E, "%-44s %9s %7s %7s %9s %8s %8s %10s\n", "kernel with variants", "original",
+               "slice", "ptb", "preempted", "resumed", "captured", "gpu ms");
+  auto Short = [](const std::string &N) {
+    return N.size() > 44 ? N.substr(0, 41) + "..." : N;
+  };
+  for (const Row &R : Rows)
+    if (R.HasVariants)
+      std::fprintf(E, "%-44s %9llu %7llu %7llu %9llu %8llu %8llu %10.3f\n", Short(R.Name).c_str(),
+                   (unsigned long long)R.Launches[0], (unsigned long long)R.Launches[1],
+                   (unsigned long long)R.Launches[2], (unsigned long long)R.Preemptions,
+                   (unsigned long long)R.Resumptions, (unsigned long long)R.Captured,
+                   R.GpuNanos / 1e6);
+  std::fprintf(E, "%-44s %9s %10s  %s\n", "kernel without variants", "launches", "gpu ms", "why");
+  for (const Row &R : Rows)
+    if (!R.HasVariants)
+      std::fprintf(E, "%-44s %9llu %10.3f  %s\n", Short(R.Name).c_str(),
+                   (unsigned long long)R.total(), R.GpuNanos / 1e6, R.Why.c_str());
+  std::fprintf(E,
+               "tally: %llu kernel launches, %llu of kernels without variants; GPU time %.3f ms, "
+               "%.1f %% in kernels without variants (cannot be preempted); %llu cooperative "
+               "launches and %llu graph launches passed through\n",
+               (unsigned long long)LaunchesAll, (unsigned long long)LaunchesWithout, Total / 1e6,
+               100.0 * Share, (unsigned long long)CooperativeLaunches.load(),
+               (unsigned long long)GraphLaunches.load());
+  if (!Cfg.Stats && Total == 0)
+    return;
+
+  if (Cfg.StatsFile.empty())
+    return;
+  FILE *J = std::fopen(Cfg.StatsFile.c_str(), "w");
+  if (!J) {
+    logf(LogLevel::Warn, "cannot write the statistics to %s", Cfg.StatsFile.c_str());
+    return;
+  }
+  std::fprintf(J, "{\n  \"tally_stats_version\": 1,\n  \"pid\": %d,\n  \"priority\": \"%s\",\n"
+                  "  \"form\": \"%s\",\n  \"random_preemptions\": %u,\n",
+               static_cast<int>(getpid()), Cfg.Prio == Priority::High ? "high" : "best-effort",
+               Mode.c_str(), Cfg.RandomPreemptions);
+  std::fprintf(J, "  \"gpu_ms\": %.6f,\n  \"gpu_ms_without_variants\": %.6f,\n"
+                  "  \"share_without_variants\": %.6f,\n  \"cooperative_launches\": %llu,\n"
+                  "  \"graph_launches\": %llu,\n  \"kernels\": [",
+               Total / 1e6, Without / 1e6, Share, (unsigned long long)CooperativeLaunches.load(),
+               (unsigned long long)GraphLaunches.load());
+  for (size_t I = 0; I < Rows.size(); ++I) {
+    const Row &R = Rows[I];
+    std::fprintf(J,
+                 "%s\n    {\"name\": %s, \"has_variants\": %s, \"launches\": {\"original\": %llu, "
+                 "\"slice\": %llu, \"ptb\": %llu}, \"preemptions\": %llu, \"resumptions\": %llu, "
+                 "\"captured\": %llu, \"fallbacks\": %llu, \"gpu_ms\": %.6f",
+                 I ? "," : "", jsonString(R.Name).c_str(), R.HasVariants ? "true" : "false",
+                 (unsigned long long)R.Launches[0], (unsigned long long)R.Launches[1],
+                 (unsigned long long)R.Launches[2], (unsigned long long)R.Preemptions,
+                 (unsigned long long)R.Resumptions, (unsigned long long)R.Captured,
+                 (unsigned long long)R.Fallbacks, R.GpuNanos / 1e6);
+    if (!R.HasVariants)
+      std::fprintf(J, ", \"why\": %s", jsonString(R.Why).c_str());
+    std::fprintf(J, "}");
+  }
+  std::fprintf(J, "\n  ]\n}\n");
+  std::fclose(J);
+}
+
+} // namespace tally::rt
