@@ -49,6 +49,14 @@ mkdir -p "$fuzzdir/seeds-fatbin"
   nvcc -c -arch=sm_90 k.cu -o k.o
   rm k.cu k.ptx k.cubin
 ) >/dev/null
+# Seeds for the runtime's metadata reader: what tally-opt writes for the
+# Triton kernels of test/outside-ptx.
+mkdir -p "$fuzzdir/seeds-metadata"
+for ptx in test/outside-ptx/triton/*.ptx; do
+  seed="$fuzzdir/seeds-metadata/$(basename "$ptx" .ptx)"
+  build/bin/tally-opt "$ptx" -o "$seed.ptx" --metadata "$seed.yaml"
+  rm "$seed.ptx"
+done
 for fuzzer in build-asan/bin/*-fuzzer; do
   name=$(basename "$fuzzer")
   mkdir -p "$fuzzdir/$name"
@@ -57,6 +65,8 @@ for fuzzer in build-asan/bin/*-fuzzer; do
     seeds=(../shared/corpus/ptx/cupy ../shared/corpus/ptx/triton-hopper test/outside-ptx/triton)
   elif [[ $name == fatbin-fuzzer ]]; then
     seeds=("$fuzzdir/seeds-fatbin")
+  elif [[ $name == runtime-metadata-fuzzer ]]; then
+    seeds=("$fuzzdir/seeds-metadata")
   fi
   if ! "$fuzzer" -max_total_time="${TALLY_FUZZ_SECONDS:-60}" -max_len=65536 \
       -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$fuzzdir/$name-" \
