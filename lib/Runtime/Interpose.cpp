@@ -37,7 +37,6 @@
 using namespace tally::rt;
 
 extern "C" {
-void *dlsym(void *Handle, const char *Name);
 CUresult cuGetProcAddress(const char *Symbol, void **Pfn, int Version, cuuint64_t Flags);
 CUresult cuLaunchKernel_ptsz(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, unsigned Bx,
                              unsigned By, unsigned Bz, unsigned Smem, CUstream S, void **Params,
@@ -81,13 +80,26 @@ extern void *const Ours[NumHooks];
 
 using DlsymFn = void *(*)(void *, const char *);
 
-DlsymFn realDlsymFn() {
-  static DlsymFn F = [] {
+// dlsym is called by sanitizer runtimes while they initialize, before their
+// shadow memory exists: the path it takes for names that are not ours must
+// not be instrumented (it matters only in the sanitizer test builds).
+#if defined(__clang__)
+#define TALLY_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined", "coverage")))
+#else
+#define TALLY_UNINSTRUMENTED __attribute__((no_sanitize("address", "undefined")))
+#endif
+
+DlsymFn RealDlsym = nullptr;
+
+TALLY_UNINSTRUMENTED DlsymFn realDlsymFn() {
+  DlsymFn F = __atomic_load_n(&RealDlsym, __ATOMIC_ACQUIRE);
+  if (!F) {
     void *P = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
     if (!P)
       P = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    return reinterpret_cast<DlsymFn>(P);
-  }();
+    F = reinterpret_cast<DlsymFn>(P);
+    __atomic_store_n(&RealDlsym, F, __ATOMIC_RELEASE);
+  }
   return F;
 }
 
@@ -117,7 +129,7 @@ void remember(Hook H, void *RealPtr) {
     Real[H].store(RealPtr, std::memory_order_release);
 }
 
-int hookByName(const char *Name) {
+TALLY_UNINSTRUMENTED int hookByName(const char *Name) {
   if (!Name || Name[0] != 'c' || Name[1] != 'u')
     return -1;
   for (int H = 0; H < NumHooks; ++H)
@@ -285,7 +297,9 @@ void *tally::rt::realDlsym(void *Handle, const char *Name) {
 
 extern "C" {
 
-__attribute__((visibility("default"))) void *dlsym(void *Handle, const char *Name) {
+// Declared by <dlfcn.h> as non-throwing; the definition must say so too.
+__attribute__((visibility("default"))) TALLY_UNINSTRUMENTED void *dlsym(void *Handle,
+                                                                   const char *Name) noexcept {
   DlsymFn F = realDlsymFn();
   if (Handle == RTLD_NEXT || !F)
     // RTLD_NEXT is relative to the caller: this must be a tail call, so the

@@ -208,7 +208,8 @@ void Runtime::Impl::reclaim(ContextState &C) {
         Busy = true;
     if (Busy)
       break;
-    C.FreeCtrl.push_back(L.Ctrl);
+    if (L.Ctrl)
+      C.FreeCtrl.push_back(L.Ctrl);
     for (CUevent E : {L.Start, L.End, L.Gate})
       if (E)
         C.FreeEvents.push_back(E);
@@ -284,18 +285,20 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   }
   // From here on the variant runs: errors below may only make it
   // unpreemptible, never run the original too.
-  bool Gated = false;
-  if (Preemptible && D.cuEventRecord(L->End, S) == CUDA_SUCCESS &&
-      D.cuStreamWaitValue32(S, L->Ctrl + 8, L->Blocks, CU_STREAM_WAIT_VALUE_GEQ) ==
-          CUDA_SUCCESS &&
-      D.cuEventRecord(L->Gate, S) == CUDA_SUCCESS) {
-    Gated = true;
-  }
+  bool EndRecorded = D.cuEventRecord(L->End, S) == CUDA_SUCCESS;
+  bool Waits = Preemptible && EndRecorded &&
+               D.cuStreamWaitValue32(S, L->Ctrl + 8, L->Blocks, CU_STREAM_WAIT_VALUE_GEQ) ==
+                   CUDA_SUCCESS;
+  bool Gated = Waits && D.cuEventRecord(L->Gate, S) == CUDA_SUCCESS;
   if (!Gated) {
-    // Not preempted: it completes on its own. Its control block is free
-    // again once the launch is over.
-    if (!Preemptible)
-      D.cuEventRecord(L->End, S);
+    // Not preempted: it completes on its own. The control block is free
+    // again once the GPU no longer reads it; when that cannot be told (an
+    // event failed), it is never reused.
+    if (!EndRecorded || Waits) {
+      L->Ctrl = 0;
+      logf(LogLevel::Warn, "kernel %s: cannot track a PTB launch (%s); it is not preempted",
+           K.Name.c_str(), EndRecorded ? "gate event" : "end event");
+    }
     retire(std::move(L));
     return true;
   }
@@ -410,11 +413,14 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     auto Until = Clock::now() + std::chrono::microseconds(Delay);
     while (Clock::now() < Until) {
     }
+    auto Raised = Clock::now();
     if (D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
         CUDA_SUCCESS)
       break; // not raised: the launch completes on its own
     if (!waitEvent(L.End))
       return;
+    double LatencyUs =
+        std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
     uint32_t Done = 0;
     if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
         D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
@@ -422,6 +428,7 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
+    PreemptLatencyUs.push_back(LatencyUs);
     bool Resumed = false;
     for (int Try = 0; Try < 3 && !Resumed; ++Try)
       Resumed = resume(L);

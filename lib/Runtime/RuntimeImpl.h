@@ -116,6 +116,9 @@ struct Runtime::Impl {
   bool Stopping = false;
   std::thread Preemptor;
   std::mt19937_64 Rng;
+  /// Flag raised to workers gone, host-observed (us), of launches that
+  /// were preempted (written by the preemptor thread only).
+  std::vector<double> PreemptLatencyUs;
 
   std::mutex TMu;
   std::deque<TimedLaunch> Timed;

@@ -119,9 +119,17 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)LaunchesAll, (unsigned long long)LaunchesWithout, Total / 1e6,
                100.0 * Share, (unsigned long long)CooperativeLaunches.load(),
                (unsigned long long)GraphLaunches.load());
-  if (!Cfg.Stats && Total == 0)
-    return;
-
+  // The preemptor has been joined: its measurements are final.
+  std::vector<double> Lat = PreemptLatencyUs;
+  std::sort(Lat.begin(), Lat.end());
+  auto Pct = [&](double P) {
+    return Lat.empty() ? 0.0 : Lat[std::min(Lat.size() - 1, size_t(P * (Lat.size() - 1) + 0.5))];
+  };
+  if (!Lat.empty())
+    std::fprintf(E,
+                 "tally: %zu preemptions, flag raised to workers gone (host-observed): p50 %.1f "
+                 "us, p99 %.1f us, max %.1f us\n",
+                 Lat.size(), Pct(0.5), Pct(0.99), Lat.back());
   if (Cfg.StatsFile.empty())
     return;
   FILE *J = std::fopen(Cfg.StatsFile.c_str(), "w");
@@ -135,9 +143,12 @@ void Runtime::Impl::writeStats() {
                Mode.c_str(), Cfg.RandomPreemptions);
   std::fprintf(J, "  \"gpu_ms\": %.6f,\n  \"gpu_ms_without_variants\": %.6f,\n"
                   "  \"share_without_variants\": %.6f,\n  \"cooperative_launches\": %llu,\n"
-                  "  \"graph_launches\": %llu,\n  \"kernels\": [",
+                  "  \"graph_launches\": %llu,\n"
+                  "  \"preemption_latency_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
+                  "\"max\": %.3f},\n  \"kernels\": [",
                Total / 1e6, Without / 1e6, Share, (unsigned long long)CooperativeLaunches.load(),
-               (unsigned long long)GraphLaunches.load());
+               (unsigned long long)GraphLaunches.load(), Lat.size(), Pct(0.5), Pct(0.99),
+               Lat.empty() ? 0.0 : Lat.back());
   for (size_t I = 0; I < Rows.size(); ++I) {
     const Row &R = Rows[I];
     std::fprintf(J,

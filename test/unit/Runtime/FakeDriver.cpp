@@ -1,0 +1,532 @@
+//===- FakeDriver.cpp - a CUDA driver stand-in for the runtime's tests -----===//
+//
+// libfakecuda.so exports the driver entry points libtally.so uses, with a
+// small model behind them, so the runtime is tested without a GPU:
+//
+//  * device memory is host memory (CUdeviceptr = host address);
+//  * modules and libraries hold kernels the test registers, with their
+//    parameter layout and, for variants, where their extra parameters sit;
+//  * a kernel "runs" its logical blocks by adding 1 to out[block], where
+//    out is its first parameter (an int pointer): the test checks that
+//    every logical block ran exactly once, whatever the runtime did;
+//  * a PTB launch runs lazily: when its preemption flag is raised it runs
+//    a few more blocks (fake_set_blocks_before_flag) and stops, as
+//    preempted workers do; when its end is waited for it runs to the end of
+//    the grid (or stops at once if the flag is up). Its control block is
+//    updated as the real variant does (next, flag, done);
+//  * every call is logged ("launch NAME grid=.. block=.. stream=S..",
+//    "waitvalue ...") for the tests to read.
+//
+//===----------------------------------------------------------------------===//
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#undef cuGetProcAddress
+#undef cuLaunchKernel
+#undef cuLaunchKernelEx
+#undef cuLaunchCooperativeKernel
+#undef cuGraphLaunch
+
+#define FAKE extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+enum class Kind { Original, Slice, Ptb };
+
+struct FModule;
+struct FKernel {
+  uint32_t Magic = 0x4b524e4c;
+  std::string Name;
+  FModule *M = nullptr;
+  Kind K = Kind::Original;
+  std::vector<std::pair<size_t, size_t>> Params;
+  // Variants: where the extra parameters are (byte offsets).
+  size_t SliceOffsetAt = 0, GridAt = 0, CtrlAt = 0, ChunkAt = 0;
+};
+
+struct FModule {
+  uint32_t Magic = 0x4d4f444c;
+  bool Library = false;
+  std::vector<FKernel *> Kernels;
+  std::map<std::string, std::string> Globals; ///< name -> bytes
+};
+
+struct PendingPtb {
+  FKernel *K;
+  std::vector<unsigned char> Params;
+  unsigned Workers;
+  CUstream Stream;
+  bool Open = true;
+};
+
+struct FEvent {
+  CUstream Stream = nullptr;
+  size_t Pending = 0; ///< launches queued before the record
+};
+
+struct State {
+  std::recursive_mutex Mu;
+  std::map<CUevent, FEvent> Events;
+  std::vector<std::string> Log;
+  std::vector<PendingPtb> Pending;
+  std::map<CUstream, bool> Capturing;
+  unsigned BlocksBeforeFlag = 1;
+  int SMs = 4, BlocksPerSM = 2;
+  CUcontext Ctx = reinterpret_cast<CUcontext>(0xC0);
+  int NextStream = 1, NextEvent = 1;
+  bool FailVariantLaunch = false;
+};
+
+State &S() {
+  static State *St = new State();
+  return *St;
+}
+
+void log(const std::string &L) { S().Log.push_back(L); }
+
+std::string streamName(CUstream St) {
+  if (St == nullptr)
+    return "null";
+  if (St == CU_STREAM_LEGACY)
+    return "legacy";
+  if (St == CU_STREAM_PER_THREAD)
+    return "per-thread";
+  return "s" + std::to_string(reinterpret_cast<uintptr_t>(St));
+}
+
+FKernel *asKernel(void *P) {
+  auto *K = static_cast<FKernel *>(P);
+  return K && K->Magic == 0x4b524e4c ? K : nullptr;
+}
+
+uint32_t rd32(const std::vector<unsigned char> &B, size_t Off) {
+  uint32_t V = 0;
+  if (Off + 4 <= B.size())
+    std::memcpy(&V, B.data() + Off, 4);
+  return V;
+}
+uint64_t rd64(const std::vector<unsigned char> &B, size_t Off) {
+  uint64_t V = 0;
+  if (Off + 8 <= B.size())
+    std::memcpy(&V, B.data() + Off, 8);
+  return V;
+}
+
+/// out[Block] += 1 for a logical block of kernel K with parameters B.
+void runBlock(const std::vector<unsigned char> &B, uint64_t Block) {
+  if (B.size() < 8)
+    return;
+  int *Out = reinterpret_cast<int *>(rd64(B, 0));
+  if (Out)
+    Out[Block] += 1;
+}
+
+/// Runs up to \p Max more logical blocks of a PTB launch (the claim loop).
+void runPtb(PendingPtb &P, uint64_t Max) {
+  uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
+  uint64_t N = uint64_t(rd32(P.Params, P.K->GridAt)) * rd32(P.Params, P.K->GridAt + 4) *
+               rd32(P.Params, P.K->GridAt + 8);
+  for (uint64_t I = 0; I < Max && Ctrl[0] < N; ++I) {
+    runBlock(P.Params, Ctrl[0]);
+    ++Ctrl[0];
+    ++Ctrl[2];
+  }
+}
+
+void finishPending(CUstream St, bool Any) {
+  for (PendingPtb &P : S().Pending) {
+    if (!P.Open || (!Any && P.Stream != St))
+      continue;
+    uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
+    if (!Ctrl[1])
+      runPtb(P, UINT64_MAX);
+    P.Open = false;
+  }
+}
+
+std::vector<unsigned char> packParams(FKernel *K, void **Params, void **Extra) {
+  std::vector<unsigned char> B;
+  if (Extra) {
+    void *Buf = nullptr;
+    size_t Size = 0;
+    for (void **E = Extra; *E != CU_LAUNCH_PARAM_END; E += 2) {
+      if (*E == CU_LAUNCH_PARAM_BUFFER_POINTER)
+        Buf = E[1];
+      else if (*E == CU_LAUNCH_PARAM_BUFFER_SIZE)
+        Size = *static_cast<size_t *>(E[1]);
+    }
+    B.assign(static_cast<unsigned char *>(Buf), static_cast<unsigned char *>(Buf) + Size);
+    return B;
+  }
+  size_t End = 0;
+  for (auto [O, Sz] : K->Params)
+    End = std::max(End, O + Sz);
+  B.assign(End, 0);
+  for (size_t I = 0; I < K->Params.size(); ++I)
+    std::memcpy(B.data() + K->Params[I].first, Params[I], K->Params[I].second);
+  return B;
+}
+
+CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz,
+                unsigned Bx, CUstream St, void **Params, void **Extra) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  FKernel *K = asKernel(F);
+  if (!K)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (K->K != Kind::Original && S().FailVariantLaunch)
+    return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+  std::vector<unsigned char> B = packParams(K, Params, Extra);
+  log(std::string(Entry) + " " + K->Name + " grid=" + std::to_string(Gx) + "x" +
+      std::to_string(Gy) + "x" + std::to_string(Gz) + " block=" + std::to_string(Bx) +
+      " stream=" + streamName(St) + " bytes=" + std::to_string(B.size()) +
+      (Extra ? " extra" : ""));
+  if (S().Capturing[St])
+    return CUDA_SUCCESS; // captured, not run
+  switch (K->K) {
+  case Kind::Original:
+    for (uint64_t I = 0; I < uint64_t(Gx) * Gy * Gz; ++I)
+      runBlock(B, I);
+    break;
+  case Kind::Slice: {
+    uint32_t Off = rd32(B, K->SliceOffsetAt);
+    for (uint64_t I = 0; I < Gx; ++I)
+      runBlock(B, Off + I);
+    break;
+  }
+  case Kind::Ptb:
+    S().Pending.push_back({K, B, Gx, St, true});
+    break;
+  }
+  return CUDA_SUCCESS;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The test's side
+//===----------------------------------------------------------------------===//
+
+FAKE void *fake_add_module(int Library) {
+  auto *M = new FModule();
+  M->Library = Library;
+  return M;
+}
+
+FAKE void fake_set_global(void *M, const char *Name, const char *Bytes, size_t Size) {
+  static_cast<FModule *>(M)->Globals[Name] = std::string(Bytes, Size);
+}
+
+/// Kind: 0 original, 1 slice, 2 ptb. Params: N (offset, size) pairs.
+FAKE void *fake_add_kernel(void *M, const char *Name, int Kind_, const size_t *Layout, size_t N,
+                           size_t SliceOffsetAt, size_t GridAt, size_t CtrlAt, size_t ChunkAt) {
+  auto *K = new FKernel();
+  K->Name = Name;
+  K->M = static_cast<FModule *>(M);
+  K->K = static_cast<Kind>(Kind_);
+  for (size_t I = 0; I < N; ++I)
+    K->Params.emplace_back(Layout[2 * I], Layout[2 * I + 1]);
+  K->SliceOffsetAt = SliceOffsetAt;
+  K->GridAt = GridAt;
+  K->CtrlAt = CtrlAt;
+  K->ChunkAt = ChunkAt;
+  K->M->Kernels.push_back(K);
+  return K;
+}
+
+FAKE void fake_set_blocks_before_flag(unsigned N) { S().BlocksBeforeFlag = N; }
+FAKE void fake_set_capturing(CUstream St, int On) { S().Capturing[St] = On; }
+FAKE void fake_fail_variant_launches(int On) { S().FailVariantLaunch = On; }
+FAKE size_t fake_log_size() { return S().Log.size(); }
+FAKE const char *fake_log_line(size_t I) { return S().Log[I].c_str(); }
+FAKE void fake_log_clear() { S().Log.clear(); }
+/// Runs every pending PTB launch to its end (what a device sync does).
+FAKE void fake_sync() {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  finishPending(nullptr, true);
+}
+FAKE unsigned fake_open_ptb_launches() {
+  unsigned N = 0;
+  for (auto &P : S().Pending)
+    N += P.Open;
+  return N;
+}
+
+//===----------------------------------------------------------------------===//
+// Driver entry points
+//===----------------------------------------------------------------------===//
+
+FAKE CUresult cuGetErrorName(CUresult R, const char **Name) {
+  *Name = R == CUDA_SUCCESS ? "CUDA_SUCCESS" : "CUDA_ERROR_FAKE";
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuCtxGetCurrent(CUcontext *C) {
+  *C = S().Ctx;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+FAKE CUresult cuCtxGetDevice(CUdevice *D) {
+  *D = 0;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuDeviceGetAttribute(int *V, CUdevice_attribute A, CUdevice) {
+  *V = A == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? S().SMs : 0;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *N, CUfunction, int, size_t) {
+  *N = S().BlocksPerSM;
+  return CUDA_SUCCESS;
+}
+
+FAKE CUresult cuFuncGetName(const char **Name, CUfunction F) {
+  FKernel *K = asKernel(F);
+  if (!K || K->M->Library)
+    return CUDA_ERROR_INVALID_HANDLE;
+  *Name = K->Name.c_str();
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuFuncGetModule(CUmodule *M, CUfunction F) {
+  FKernel *K = asKernel(F);
+  if (!K || K->M->Library)
+    return CUDA_ERROR_INVALID_HANDLE;
+  *M = reinterpret_cast<CUmodule>(K->M);
+  return CUDA_SUCCESS;
+}
+static CUresult paramInfo(void *F, size_t I, size_t *Off, size_t *Size) {
+  FKernel *K = asKernel(F);
+  if (!K)
+    return CUDA_ERROR_INVALID_HANDLE;
+  if (I >= K->Params.size())
+    return CUDA_ERROR_INVALID_VALUE;
+  *Off = K->Params[I].first;
+  *Size = K->Params[I].second;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuFuncGetParamInfo(CUfunction F, size_t I, size_t *Off, size_t *Size) {
+  FKernel *K = asKernel(F);
+  if (K && K->M->Library)
+    return CUDA_ERROR_INVALID_HANDLE;
+  return paramInfo(F, I, Off, Size);
+}
+FAKE CUresult cuKernelGetParamInfo(CUkernel F, size_t I, size_t *Off, size_t *Size) {
+  return paramInfo(F, I, Off, Size);
+}
+FAKE CUresult cuKernelGetName(const char **Name, CUkernel F) {
+  FKernel *K = asKernel(F);
+  if (!K || !K->M->Library)
+    return CUDA_ERROR_INVALID_HANDLE;
+  *Name = K->Name.c_str();
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuKernelGetLibrary(CUlibrary *L, CUkernel F) {
+  FKernel *K = asKernel(F);
+  if (!K || !K->M->Library)
+    return CUDA_ERROR_INVALID_HANDLE;
+  *L = reinterpret_cast<CUlibrary>(K->M);
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuKernelGetFunction(CUfunction *F, CUkernel K) {
+  *F = reinterpret_cast<CUfunction>(K);
+  return CUDA_SUCCESS;
+}
+static CUresult getKernel(void *M, const char *Name, void **Out) {
+  for (FKernel *K : static_cast<FModule *>(M)->Kernels)
+    if (K->Name == Name) {
+      *Out = K;
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_NOT_FOUND;
+}
+FAKE CUresult cuModuleGetFunction(CUfunction *F, CUmodule M, const char *Name) {
+  return getKernel(M, Name, reinterpret_cast<void **>(F));
+}
+FAKE CUresult cuLibraryGetKernel(CUkernel *K, CUlibrary L, const char *Name) {
+  return getKernel(L, Name, reinterpret_cast<void **>(K));
+}
+static CUresult getGlobal(void *M, const char *Name, CUdeviceptr *P, size_t *Bytes) {
+  auto &G = static_cast<FModule *>(M)->Globals;
+  auto It = G.find(Name);
+  if (It == G.end())
+    return CUDA_ERROR_NOT_FOUND;
+  *P = reinterpret_cast<CUdeviceptr>(It->second.data());
+  *Bytes = It->second.size();
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuModuleGetGlobal_v2(CUdeviceptr *P, size_t *Bytes, CUmodule M, const char *Name) {
+  return getGlobal(M, Name, P, Bytes);
+}
+FAKE CUresult cuLibraryGetGlobal(CUdeviceptr *P, size_t *Bytes, CUlibrary L, const char *Name) {
+  return getGlobal(L, Name, P, Bytes);
+}
+
+FAKE CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *M) {
+  *M = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuStreamIsCapturing(CUstream St, CUstreamCaptureStatus *Status) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  *Status = S().Capturing[St] ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuCtxGetStreamPriorityRange(int *Least, int *Greatest) {
+  *Least = 0;
+  *Greatest = -5;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuStreamCreateWithPriority(CUstream *St, unsigned Flags, int Prio) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  *St = reinterpret_cast<CUstream>(static_cast<uintptr_t>(100 + S().NextStream++));
+  log("streamcreate " + streamName(*St) + " flags=" + std::to_string(Flags) +
+      " priority=" + std::to_string(Prio));
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuStreamSynchronize(CUstream St) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  finishPending(St, false);
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
+FAKE CUresult cuStreamWaitValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned F) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  log("waitvalue stream=" + streamName(St) + " value=" + std::to_string(V) +
+      " flags=" + std::to_string(F) + " addr=" + std::to_string(Addr));
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  *reinterpret_cast<uint32_t *>(Addr) = V;
+  log("writevalue stream=" + streamName(St) + " value=" + std::to_string(V));
+  // A raised flag: the running launch finishes the blocks it has and stops.
+  for (PendingPtb &P : S().Pending)
+    if (P.Open && V && rd64(P.Params, P.K->CtrlAt) + 4 == Addr) {
+      runPtb(P, S().BlocksBeforeFlag);
+      P.Open = false;
+    }
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuEventCreate(CUevent *E, unsigned) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  *E = reinterpret_cast<CUevent>(static_cast<uintptr_t>(0x10000 + S().NextEvent++));
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  S().Events[E] = {St, S().Pending.size()};
+  return CUDA_SUCCESS;
+}
+/// An event completes once the PTB launches queued on its stream before it
+/// are over: waiting for it runs them to their end (or stop, flag up).
+FAKE CUresult cuEventQuery(CUevent E) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  FEvent Ev = S().Events[E];
+  for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
+    PendingPtb &P = S().Pending[I];
+    if (!P.Open || P.Stream != Ev.Stream)
+      continue;
+    uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
+    if (!Ctrl[1])
+      runPtb(P, UINT64_MAX);
+    P.Open = false;
+  }
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuEventSynchronize(CUevent E) { return cuEventQuery(E); }
+FAKE CUresult cuEventElapsedTime_v2(float *Ms, CUevent, CUevent) {
+  *Ms = 0.5f;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuMemAlloc_v2(CUdeviceptr *P, size_t Bytes) {
+  *P = reinterpret_cast<CUdeviceptr>(std::calloc(1, Bytes));
+  return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  for (size_t I = 0; I < N; ++I)
+    reinterpret_cast<uint32_t *>(P)[I] = V;
+  log("memset stream=" + streamName(St) + " words=" + std::to_string(N));
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuMemcpyDtoHAsync_v2(void *Dst, CUdeviceptr Src, size_t N, CUstream) {
+  std::memcpy(Dst, reinterpret_cast<void *>(Src), N);
+  return CUDA_SUCCESS;
+}
+
+FAKE CUresult cuLaunchKernel(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, unsigned Bx,
+                             unsigned, unsigned, unsigned, CUstream St, void **P, void **E) {
+  return launch("launch", F, Gx, Gy, Gz, Bx, St, P, E);
+}
+FAKE CUresult cuLaunchKernel_ptsz(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz,
+                                  unsigned Bx, unsigned, unsigned, unsigned, CUstream St,
+                                  void **P, void **E) {
+  return launch("launch_ptsz", F, Gx, Gy, Gz, Bx, St, P, E);
+}
+FAKE CUresult cuLaunchKernelEx(const CUlaunchConfig *C, CUfunction F, void **P, void **E) {
+  return launch("launchex", F, C->gridDimX, C->gridDimY, C->gridDimZ, C->blockDimX, C->hStream,
+                P, E);
+}
+FAKE CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *C, CUfunction F, void **P, void **E) {
+  return launch("launchex_ptsz", F, C->gridDimX, C->gridDimY, C->gridDimZ, C->blockDimX,
+                C->hStream, P, E);
+}
+FAKE CUresult cuLaunchCooperativeKernel(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz,
+                                        unsigned Bx, unsigned, unsigned, unsigned, CUstream St,
+                                        void **P) {
+  return launch("launchcoop", F, Gx, Gy, Gz, Bx, St, P, nullptr);
+}
+FAKE CUresult cuGraphLaunch(CUgraphExec, CUstream St) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  log("graphlaunch stream=" + streamName(St));
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuModuleUnload(CUmodule) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  log("moduleunload");
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuLibraryUnload(CUlibrary) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  log("libraryunload");
+  return CUDA_SUCCESS;
+}
+
+static void *procFor(const char *Sym, cuuint64_t Flags) {
+  std::string Name = Sym;
+  if (Flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+    if (Name == "cuLaunchKernel")
+      return reinterpret_cast<void *>(&cuLaunchKernel_ptsz);
+    if (Name == "cuLaunchKernelEx")
+      return reinterpret_cast<void *>(&cuLaunchKernelEx_ptsz);
+  }
+  static const std::map<std::string, void *> Table = {
+      {"cuLaunchKernel", reinterpret_cast<void *>(&cuLaunchKernel)},
+      {"cuLaunchKernelEx", reinterpret_cast<void *>(&cuLaunchKernelEx)},
+      {"cuLaunchCooperativeKernel", reinterpret_cast<void *>(&cuLaunchCooperativeKernel)},
+      {"cuGraphLaunch", reinterpret_cast<void *>(&cuGraphLaunch)},
+      {"cuModuleUnload", reinterpret_cast<void *>(&cuModuleUnload)},
+      {"cuLibraryUnload", reinterpret_cast<void *>(&cuLibraryUnload)},
+      {"cuCtxGetCurrent", reinterpret_cast<void *>(&cuCtxGetCurrent)},
+  };
+  auto It = Table.find(Name);
+  return It == Table.end() ? nullptr : It->second;
+}
+
+FAKE CUresult cuGetProcAddress_v2(const char *Sym, void **Pfn, int, cuuint64_t Flags,
+                                  CUdriverProcAddressQueryResult *Status) {
+  void *P = procFor(Sym, Flags);
+  if (!P && !std::strcmp(Sym, "cuGetProcAddress"))
+    P = reinterpret_cast<void *>(&cuGetProcAddress_v2);
+  *Pfn = P;
+  if (Status)
+    *Status = P ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuGetProcAddress(const char *Sym, void **Pfn, int V, cuuint64_t Flags) {
+  return cuGetProcAddress_v2(Sym, Pfn, V, Flags, nullptr);
+}

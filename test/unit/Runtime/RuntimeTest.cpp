@@ -1,0 +1,445 @@
+//===- RuntimeTest.cpp - libtally.so over the fake driver -----------------===//
+//
+// This binary runs with LD_PRELOAD=libtally.so and TALLY_DRIVER pointing at
+// libfakecuda.so (test/unit/Runtime/CMakeLists.txt), once per runtime
+// configuration: the runtime reads its settings once per process, so each
+// ctest entry runs the test suite of one configuration (--gtest_filter).
+// It calls the driver the three ways programs do (direct calls, dlsym,
+// cuGetProcAddress) and checks, through the fake's log and its model of
+// kernels, what the runtime did: which kernel ran in which form, the
+// parameters it built, the stream operations it queued, and that every
+// logical block ran exactly once.
+//
+//===----------------------------------------------------------------------===//
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <unistd.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#undef cuGetProcAddress
+
+extern "C" {
+void *fake_add_module(int Library);
+void fake_set_global(void *M, const char *Name, const char *Bytes, size_t Size);
+void *fake_add_kernel(void *M, const char *Name, int Kind, const size_t *Layout, size_t N,
+                      size_t SliceOffsetAt, size_t GridAt, size_t CtrlAt, size_t ChunkAt);
+void fake_set_blocks_before_flag(unsigned N);
+void fake_set_capturing(CUstream S, int On);
+void fake_fail_variant_launches(int On);
+size_t fake_log_size();
+const char *fake_log_line(size_t I);
+void fake_log_clear();
+void fake_sync();
+unsigned fake_open_ptb_launches();
+CUresult cuGetProcAddress(const char *Symbol, void **Pfn, int Version, cuuint64_t Flags);
+}
+
+namespace {
+
+/// The metadata tally-opt writes for k(int *out, int n), in its YAML form.
+std::string metadataFor(const std::string &Name, bool Slice = true, bool Ptb = true) {
+  std::string Y = "tally_metadata_version: 1\nkernels:\n  - name: " + Name +
+                  "\n    status: transformed\n    variants:\n";
+  if (Slice)
+    Y += "      - kind: slice\n        name: " + Name +
+         "__tally_slice\n        original_param_bytes: 12\n        param_bytes: 28\n"
+         "        extra_params:\n"
+         "          - {name: __tly_slice_offset, role: slice_offset, type: u32, offset: 12, size: 4}\n"
+         "          - {name: __tly_grid_x, role: grid_x, type: u32, offset: 16, size: 4}\n"
+         "          - {name: __tly_grid_y, role: grid_y, type: u32, offset: 20, size: 4}\n"
+         "          - {name: __tly_grid_z, role: grid_z, type: u32, offset: 24, size: 4}\n";
+  if (Ptb)
+    Y += "      - kind: ptb\n        name: " + Name +
+         "__tally_ptb\n        original_param_bytes: 12\n        param_bytes: 40\n"
+         "        barrier_id: 0\n        extra_params:\n"
+         "          - {name: __tly_ctrl, role: control, type: u64, offset: 16, size: 8}\n"
+         "          - {name: __tly_grid_x, role: grid_x, type: u32, offset: 24, size: 4}\n"
+         "          - {name: __tly_grid_y, role: grid_y, type: u32, offset: 28, size: 4}\n"
+         "          - {name: __tly_grid_z, role: grid_z, type: u32, offset: 32, size: 4}\n"
+         "          - {name: __tly_chunk, role: chunk, type: u32, offset: 36, size: 4}\n";
+  return Y;
+}
+
+const size_t Layout[] = {0, 8, 8, 4};
+
+/// A module with k, its variants and (unless told otherwise) the metadata.
+struct Module {
+  void *M;
+  CUfunction K;
+  std::string Name;
+  Module(const std::string &Name, bool Library = false, const char *Meta = nullptr,
+         bool WithVariants = true)
+      : Name(Name) {
+    M = fake_add_module(Library);
+    K = static_cast<CUfunction>(fake_add_kernel(M, Name.c_str(), 0, Layout, 2, 0, 0, 0, 0));
+    if (WithVariants) {
+      fake_add_kernel(M, (Name + "__tally_slice").c_str(), 1, Layout, 2, 12, 16, 0, 0);
+      fake_add_kernel(M, (Name + "__tally_ptb").c_str(), 2, Layout, 2, 0, 24, 16, 36);
+    }
+    std::string Y = Meta ? std::string(Meta) : metadataFor(Name);
+    if (!Y.empty())
+      fake_set_global(M, "__tally_metadata", Y.c_str(), Y.size() + 1);
+  }
+};
+
+std::vector<std::string> logLines() {
+  std::vector<std::string> L;
+  for (size_t I = 0; I < fake_log_size(); ++I)
+    L.push_back(fake_log_line(I));
+  return L;
+}
+
+size_t countPrefix(const std::string &P) {
+  size_t N = 0;
+  for (const std::string &L : logLines())
+    N += L.rfind(P, 0) == 0;
+  return N;
+}
+
+bool hasLine(const std::string &Sub) {
+  for (const std::string &L : logLines())
+    if (L.find(Sub) != std::string::npos)
+      return true;
+  return false;
+}
+
+/// Launches k(out, n) with grid G through cuLaunchKernel (as linked).
+CUresult launchDirect(CUfunction K, std::vector<int> &Out, unsigned G, CUstream S = nullptr) {
+  int *P = Out.data();
+  int N = static_cast<int>(Out.size());
+  void *Args[] = {&P, &N};
+  return cuLaunchKernel(K, G, 1, 1, 32, 1, 1, 0, S, Args, nullptr);
+}
+
+void expectEachBlockOnce(const std::vector<int> &Out) {
+  for (size_t I = 0; I < Out.size(); ++I)
+    ASSERT_EQ(Out[I], 1) << "logical block " << I;
+}
+
+std::string env(const char *N) {
+  const char *V = std::getenv(N);
+  return V ? V : "";
+}
+
+/// Lets the preemptor finish with kernel \p Name's PTB launch (its first
+/// launch and up to six resumptions; the fake completes a launch only when
+/// the runtime waits for it, so the last one stays open), then runs what
+/// is left, as a device synchronization would.
+void settle(const std::string &Name) {
+  for (int T = 0; T < 5000; ++T) {
+    usleep(1000);
+    if (countPrefix("launch " + Name + "__tally_ptb") >= 7 ||
+        (!fake_open_ptb_launches() && T > 30))
+      break;
+  }
+  usleep(20000);
+  fake_sync();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// No settings: every kernel runs as it is, through every way in.
+//===----------------------------------------------------------------------===//
+
+TEST(Passthrough, DirectCall) {
+  Module M("pass_direct");
+  std::vector<int> Out(10);
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(M.K, Out, 10), CUDA_SUCCESS);
+  expectEachBlockOnce(Out);
+  EXPECT_EQ(countPrefix("launch pass_direct grid=10x1x1"), 1u);
+}
+
+TEST(Passthrough, DlsymHandsOutTheWrapper) {
+  void *H = dlopen(env("TALLY_DRIVER").c_str(), RTLD_NOW);
+  ASSERT_NE(H, nullptr);
+  void *ViaDlsym = dlsym(H, "cuLaunchKernel");
+  // The wrapper is libtally's cuLaunchKernel, which the test also reaches
+  // by direct call; the fake's own function is not handed out.
+  EXPECT_EQ(ViaDlsym, reinterpret_cast<void *>(&cuLaunchKernel));
+  void *Gpa = dlsym(H, "cuGetProcAddress_v2");
+  EXPECT_EQ(Gpa, reinterpret_cast<void *>(&cuGetProcAddress_v2));
+  // A symbol the runtime does not interpose comes back as it is.
+  void *Ctx = dlsym(H, "cuCtxGetCurrent");
+  EXPECT_EQ(Ctx, reinterpret_cast<void *>(&cuCtxGetCurrent));
+  Module M("pass_dlsym");
+  std::vector<int> Out(5);
+  fake_log_clear();
+  auto Fn = reinterpret_cast<decltype(&cuLaunchKernel)>(ViaDlsym);
+  int *P = Out.data();
+  int N = 5;
+  void *Args[] = {&P, &N};
+  ASSERT_EQ(Fn(M.K, 5, 1, 1, 32, 1, 1, 0, nullptr, Args, nullptr), CUDA_SUCCESS);
+  expectEachBlockOnce(Out);
+  dlclose(H);
+}
+
+TEST(Passthrough, GetProcAddressEveryFlavour) {
+  void *Legacy = nullptr, *Ptsz = nullptr, *Old = nullptr, *Self = nullptr;
+  CUdriverProcAddressQueryResult St;
+  ASSERT_EQ(cuGetProcAddress_v2("cuLaunchKernel", &Legacy, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &St),
+            CUDA_SUCCESS);
+  ASSERT_EQ(cuGetProcAddress_v2("cuLaunchKernel", &Ptsz, 12000,
+                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &St),
+            CUDA_SUCCESS);
+  ASSERT_EQ(cuGetProcAddress("cuLaunchKernel", &Old, 11000, CU_GET_PROC_ADDRESS_LEGACY_STREAM),
+            CUDA_SUCCESS);
+  ASSERT_EQ(cuGetProcAddress_v2("cuGetProcAddress", &Self, 12000, 0, &St), CUDA_SUCCESS);
+  EXPECT_EQ(Legacy, reinterpret_cast<void *>(&cuLaunchKernel));
+  EXPECT_EQ(Old, reinterpret_cast<void *>(&cuLaunchKernel));
+  EXPECT_EQ(Self, reinterpret_cast<void *>(&cuGetProcAddress_v2));
+  EXPECT_NE(Ptsz, Legacy);
+  // The per-thread wrapper reaches the fake's _ptsz entry point.
+  Module M("pass_ptsz");
+  std::vector<int> Out(4);
+  fake_log_clear();
+  int *P = Out.data();
+  int N = 4;
+  void *Args[] = {&P, &N};
+  auto Fn = reinterpret_cast<decltype(&cuLaunchKernel)>(Ptsz);
+  ASSERT_EQ(Fn(M.K, 4, 1, 1, 32, 1, 1, 0, nullptr, Args, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(countPrefix("launch_ptsz pass_ptsz"), 1u);
+  expectEachBlockOnce(Out);
+  // Unknown symbols are answered by the driver alone.
+  void *None = reinterpret_cast<void *>(1);
+  ASSERT_EQ(cuGetProcAddress_v2("cuNoSuchThing", &None, 12000, 0, &St), CUDA_SUCCESS);
+  EXPECT_EQ(None, nullptr);
+}
+
+TEST(Passthrough, AutomaticRunsOriginals) {
+  Module M("pass_auto");
+  std::vector<int> Out(64);
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS);
+  EXPECT_EQ(countPrefix("launch pass_auto grid=64x1x1"), 1u);
+  EXPECT_FALSE(hasLine("__tally"));
+  expectEachBlockOnce(Out);
+}
+
+//===----------------------------------------------------------------------===//
+// TALLY_FORCE=ptb TALLY_PREEMPT=random:6
+//===----------------------------------------------------------------------===//
+
+TEST(ForcePtb, LaunchGatesTheStreamAndEveryBlockRunsOnce) {
+  Module M("ptb_basic");
+  fake_set_blocks_before_flag(1);
+  std::vector<int> Out(50);
+  fake_log_clear();
+  CUstream S = reinterpret_cast<CUstream>(0x77);
+  ASSERT_EQ(launchDirect(M.K, Out, 50, S), CUDA_SUCCESS);
+  std::vector<std::string> L = logLines();
+  // Clear the control block, launch one wave of workers (4 SMs x 2), gate
+  // the application's stream on done >= 50, all on that stream.
+  ASSERT_GE(L.size(), 3u);
+  size_t I = 0;
+  while (I < L.size() && L[I].rfind("memset", 0) != 0)
+    ++I;
+  ASSERT_LT(I + 2, L.size());
+  EXPECT_EQ(L[I], "memset stream=s119 words=4");
+  EXPECT_EQ(L[I + 1], "launch ptb_basic__tally_ptb grid=8x1x1 block=32 stream=s119 bytes=40 extra");
+  EXPECT_EQ(L[I + 2].rfind("waitvalue stream=s119 value=50 flags=0", 0), 0u) << L[I + 2];
+  fake_sync();
+  // Wait for the preemptor to finish with the launch.
+  for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+    usleep(1000);
+  usleep(20000);
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
+
+TEST(ForcePtb, PreemptedLaunchesAreResumedToTheEnd) {
+  fake_set_blocks_before_flag(2);
+  for (int Round = 0; Round < 5; ++Round) {
+    Module M("ptb_preempt" + std::to_string(Round));
+    std::vector<int> Out(40);
+    fake_log_clear();
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    for (int T = 0; T < 5000; ++T) {
+      usleep(1000);
+      if (countPrefix("launch ptb_preempt" + std::to_string(Round)) >= 7 ||
+          (!fake_open_ptb_launches() && T > 50))
+        break;
+    }
+    usleep(20000);
+    fake_sync();
+    expectEachBlockOnce(Out);
+    // Six preemptions, each followed by a resumption on the internal stream.
+    EXPECT_EQ(countPrefix("writevalue stream=s102 value=1"), 6u);
+    EXPECT_EQ(countPrefix("writevalue stream=s101 value=0"), 6u);
+    EXPECT_EQ(countPrefix("launch ptb_preempt" + std::to_string(Round) + "__tally_ptb"), 7u);
+  }
+}
+
+TEST(ForcePtb, ParametersKeepOriginalValuesAndFillTheRoles) {
+  Module M("ptb_params");
+  std::vector<int> Out(12);
+  int *P = Out.data();
+  int N = 12;
+  // The `extra` form: a packed buffer as the application gives it.
+  unsigned char Buf[16] = {};
+  std::memcpy(Buf, &P, 8);
+  std::memcpy(Buf + 8, &N, 4);
+  size_t Size = 12;
+  void *Extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, Buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &Size,
+                   CU_LAUNCH_PARAM_END};
+  fake_log_clear();
+  ASSERT_EQ(cuLaunchKernel(M.K, 3, 2, 2, 32, 1, 1, 0, nullptr, nullptr, Extra), CUDA_SUCCESS);
+  // The null stream became the legacy stream for the runtime's own work.
+  EXPECT_TRUE(hasLine("launch ptb_params__tally_ptb grid=8x1x1 block=32 stream=legacy bytes=40"));
+  EXPECT_TRUE(hasLine("waitvalue stream=legacy value=12"));
+  settle("ptb_params");
+  expectEachBlockOnce(Out);
+}
+
+TEST(ForcePtb, PerThreadNullStream) {
+  Module M("ptb_ptsz");
+  std::vector<int> Out(9);
+  int *P = Out.data();
+  int N = 9;
+  void *Args[] = {&P, &N};
+  void *Fn = nullptr;
+  CUdriverProcAddressQueryResult St;
+  ASSERT_EQ(cuGetProcAddress_v2("cuLaunchKernel", &Fn, 12000,
+                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &St),
+            CUDA_SUCCESS);
+  fake_log_clear();
+  ASSERT_EQ(reinterpret_cast<decltype(&cuLaunchKernel)>(Fn)(M.K, 9, 1, 1, 32, 1, 1, 0, nullptr,
+                                                            Args, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_TRUE(hasLine("launch ptb_ptsz__tally_ptb grid=8x1x1 block=32 stream=per-thread"));
+  EXPECT_TRUE(hasLine("waitvalue stream=per-thread value=9"));
+  settle("ptb_ptsz");
+  expectEachBlockOnce(Out);
+}
+
+TEST(ForcePtb, LibraryKernels) {
+  Module M("ptb_library", /*Library=*/true);
+  std::vector<int> Out(20);
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(M.K, Out, 20), CUDA_SUCCESS);
+  EXPECT_TRUE(hasLine("launch ptb_library__tally_ptb grid=8x1x1"));
+  settle("ptb_library");
+  expectEachBlockOnce(Out);
+}
+
+TEST(ForcePtb, CapturedStreamsRunTheOriginal) {
+  Module M("ptb_capture");
+  CUstream S = reinterpret_cast<CUstream>(0x55);
+  fake_set_capturing(S, 1);
+  std::vector<int> Out(16);
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(M.K, Out, 16, S), CUDA_SUCCESS);
+  EXPECT_EQ(countPrefix("launch ptb_capture grid=16x1x1"), 1u);
+  EXPECT_FALSE(hasLine("__tally_ptb"));
+  fake_set_capturing(S, 0);
+}
+
+TEST(ForcePtb, CooperativeAndClusterLaunchesRunTheOriginal) {
+  Module M("ptb_coop");
+  std::vector<int> Out(16);
+  int *P = Out.data();
+  int N = 16;
+  void *Args[] = {&P, &N};
+  CUlaunchAttribute A[1];
+  A[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  A[0].value.clusterDim.x = 2;
+  A[0].value.clusterDim.y = 1;
+  A[0].value.clusterDim.z = 1;
+  CUlaunchConfig C = {};
+  C.gridDimX = 16, C.gridDimY = 1, C.gridDimZ = 1;
+  C.blockDimX = 32, C.blockDimY = 1, C.blockDimZ = 1;
+  C.attrs = A;
+  C.numAttrs = 1;
+  fake_log_clear();
+  ASSERT_EQ(cuLaunchKernelEx(&C, M.K, Args, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(countPrefix("launchex ptb_coop grid=16x1x1"), 1u);
+  expectEachBlockOnce(Out);
+  // A priority attribute alone does not stop the variant.
+  Module M2("ptb_prio");
+  std::vector<int> Out2(16);
+  P = Out2.data();
+  A[0].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+  A[0].value.priority = -1;
+  ASSERT_EQ(cuLaunchKernelEx(&C, M2.K, Args, nullptr), CUDA_SUCCESS);
+  EXPECT_TRUE(hasLine("launch ptb_prio__tally_ptb"));
+  settle("ptb_prio");
+  expectEachBlockOnce(Out2);
+}
+
+TEST(ForcePtb, KernelsWithoutMetadataOrWithBadMetadataRunAsTheyAre) {
+  Module None("ptb_nometa", false, "");
+  Module Bad("ptb_badmeta", false, "tally_metadata_version: 1\nkernels: [oops\n");
+  Module Other("ptb_othervers", false, "tally_metadata_version: 99\nkernels: []\n");
+  for (Module *M : {&None, &Bad, &Other}) {
+    std::vector<int> Out(16);
+    fake_log_clear();
+    ASSERT_EQ(launchDirect(M->K, Out, 16), CUDA_SUCCESS);
+    EXPECT_EQ(countPrefix("launch " + M->Name + " grid=16x1x1"), 1u) << M->Name;
+    EXPECT_FALSE(hasLine("__tally")) << M->Name;
+    expectEachBlockOnce(Out);
+  }
+}
+
+TEST(ForcePtb, AVariantThatFailsToLaunchFallsBackOnce) {
+  Module M("ptb_fail");
+  fake_fail_variant_launches(1);
+  for (int I = 0; I < 3; ++I) {
+    std::vector<int> Out(16);
+    ASSERT_EQ(launchDirect(M.K, Out, 16), CUDA_SUCCESS);
+    expectEachBlockOnce(Out);
+  }
+  fake_fail_variant_launches(0);
+}
+
+TEST(ForcePtb, StatisticsAtExit) {
+  // Checked by the ctest entry that runs this configuration: the JSON file
+  // named in TALLY_STATS is read by runtime-stats-check after exit.
+  SUCCEED();
+}
+
+//===----------------------------------------------------------------------===//
+// TALLY_FORCE=slice TALLY_SLICE_BLOCKS=3
+//===----------------------------------------------------------------------===//
+
+TEST(ForceSlice, SlicesCoverTheGridInOrder) {
+  Module M("slice_basic");
+  std::vector<int> Out(3 * 4 * 2);
+  int *P = Out.data();
+  int N = static_cast<int>(Out.size());
+  void *Args[] = {&P, &N};
+  fake_log_clear();
+  ASSERT_EQ(cuLaunchKernel(M.K, 3, 4, 2, 32, 1, 1, 0, nullptr, Args, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(countPrefix("launch slice_basic__tally_slice grid=3x1x1"), 8u);
+  expectEachBlockOnce(Out);
+}
+
+TEST(ForceSlice, PtbOnlyKernelsRunTheOriginal) {
+  Module M("slice_ptbonly", false, metadataFor("slice_ptbonly", false, true).c_str());
+  std::vector<int> Out(10);
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(M.K, Out, 10), CUDA_SUCCESS);
+  EXPECT_EQ(countPrefix("launch slice_ptbonly grid=10x1x1"), 1u);
+  expectEachBlockOnce(Out);
+}
+
+//===----------------------------------------------------------------------===//
+// A bad setting: the runtime stays out of the way.
+//===----------------------------------------------------------------------===//
+
+TEST(BadSetting, EverythingPassesThrough) {
+  Module M("bad_setting");
+  std::vector<int> Out(20);
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(M.K, Out, 20), CUDA_SUCCESS);
+  EXPECT_EQ(countPrefix("launch bad_setting grid=20x1x1"), 1u);
+  expectEachBlockOnce(Out);
+}

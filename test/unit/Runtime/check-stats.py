@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Checks the JSON statistics libtally.so wrote at exit of a RuntimeTests run
+(ForcePtb configuration): the kernels it launched with variants, the
+preemptions and resumptions, and the kernels without variants with why."""
+import json
+import sys
+
+path = sys.argv[1]
+with open(path) as f:
+    s = json.load(f)
+k = {e["name"]: e for e in s["kernels"]}
+errors = []
+def check(cond, msg):
+    if not cond:
+        errors.append(msg)
+check(s["tally_stats_version"] == 1, "version")
+check(s["form"] == "ptb" and s["random_preemptions"] == 6, "settings recorded")
+p = k.get("ptb_preempt0")
+check(p is not None and p["has_variants"], "ptb_preempt0 listed with variants")
+if p:
+    check(p["launches"]["ptb"] == 1, "ptb_preempt0: one PTB launch")
+    check(p["preemptions"] == 6 and p["resumptions"] == 6, "ptb_preempt0: 6 preemptions, 6 resumptions: %s" % p)
+n = k.get("ptb_nometa")
+check(n is not None and not n["has_variants"] and n["launches"]["original"] == 1 and "metadata" in n["why"],
+      "ptb_nometa: without variants, launched once as it is, with the reason: %s" % n)
+b = k.get("ptb_badmeta")
+check(b is not None and "malformed metadata" in b["why"], "ptb_badmeta: reason names the malformed metadata: %s" % b)
+c = k.get("ptb_capture")
+check(c is not None and c["captured"] == 1 and c["launches"]["original"] == 1, "ptb_capture: counted as captured: %s" % c)
+f = k.get("ptb_fail")
+check(f is not None and f["launches"]["original"] == 3 and f["fallbacks"] >= 1, "ptb_fail: fell back: %s" % f)
+check(s["gpu_ms"] > 0 and 0 < s["share_without_variants"] < 1, "GPU time and the share without variants")
+if errors:
+    print("runtime statistics check failed:\n  " + "\n  ".join(errors))
+    print(json.dumps(s, indent=1))
+    sys.exit(1)
+print("runtime statistics: %d kernels, all checks passed" % len(k))
