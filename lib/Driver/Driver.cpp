@@ -2,6 +2,7 @@
 
 #include "tally/Driver/Driver.h"
 
+#include "tally/Fatbin/CubinCompare.h"
 #include "tally/Fatbin/Fatbin.h"
 #include "tally/Fatbin/HostObject.h"
 #include "tally/Fatbin/Listing.h"
@@ -11,13 +12,11 @@
 #include "tally/Target/Ptxas.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/Object/ELFObjectFile.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/Threading.h"
 
-#include <map>
 #include <mutex>
 
 using namespace llvm;
@@ -136,28 +135,6 @@ void mergeInto(CompileResult &R, ModuleOutput &&M) {
     R.Stats[S.getKey()] += S.getValue();
 }
 
-/// `.text.<name>` sections of a cubin, by kernel name.
-std::map<std::string, std::string> kernelText(StringRef Cubin) {
-  std::map<std::string, std::string> Out;
-  auto Obj = object::ObjectFile::createObjectFile(MemoryBufferRef(Cubin, "cubin"));
-  if (!Obj) {
-    consumeError(Obj.takeError());
-    return Out;
-  }
-  for (const object::SectionRef &S : (*Obj)->sections()) {
-    auto N = S.getName();
-    auto C = S.getContents();
-    if (!N || !C) {
-      consumeError(N.takeError());
-      consumeError(C.takeError());
-      continue;
-    }
-    if (N->starts_with(".text."))
-      Out[N->drop_front(6).str()] = C->str();
-  }
-  return Out;
-}
-
 bool isRelocatableELF(StringRef ELF) {
   // e_type at offset 16, little endian: 1 = ET_REL.
   return ELF.size() > 17 && ELF[16] == 1 && ELF[17] == 0;
@@ -223,6 +200,7 @@ Error transformFatbin(FatbinFile &F, StringRef Name, const CompileOptions &O,
              : Expected<ModuleOutput>(Text.takeError());
     std::vector<std::pair<size_t, std::string>> NewCubins;
     std::vector<std::string> Warnings;
+    uint64_t AddressOnly = 0; // original kernels whose code moved addresses only
     Error Err = Mod ? Error::success() : Mod.takeError();
     for (size_t CI : J.Cubins) {
       if (Err)
@@ -234,15 +212,23 @@ Error transformFatbin(FatbinFile &F, StringRef Name, const CompileOptions &O,
         Err = explainPtxasFailure(Res.takeError(), *Text, EntryName, Arch, *Ptxas);
         break;
       }
-      // The original kernels must keep their machine code.
-      auto Before = kernelText(Old.Payload), After = kernelText(Res->Cubin);
-      for (auto &[K, Code] : Before)
-        if (After.count(K) && After[K] != Code)
+      // The original kernels must keep their machine code, up to addresses
+      // the loader fills in, which what tally-opt adds to the module (the
+      // __tally_metadata global) can move (CubinCompare.h).
+      if (auto Diffs = compareKernelCode(Old.Payload, Res->Cubin)) {
+        for (const KernelCodeDiff &D : *Diffs) {
+          if (D.onlyAddressesDiffer()) {
+            ++AddressOnly;
+            continue;
+          }
           Warnings.push_back(formatv("{0}: kernel {1} compiles to different code for {2} "
-                                     "than in the input (the input was built with other "
-                                     "ptxas options)",
-                                     EntryName, K, Arch)
+                                     "than in the input: {3}",
+                                     EntryName, D.Kernel, Arch, D.describe())
                                  .str());
+        }
+      } else {
+        consumeError(Diffs.takeError()); // not an ELF cubin: nothing to compare
+      }
       NewCubins.push_back({CI, std::move(Res->Cubin)});
     }
     std::lock_guard<std::mutex> Lock(Mu);
@@ -263,6 +249,8 @@ Error transformFatbin(FatbinFile &F, StringRef Name, const CompileOptions &O,
     for (auto &[CI, Bytes] : NewCubins)
       Cont.Entries[CI].Payload = std::move(Bytes);
     R.Warnings.insert(R.Warnings.end(), Warnings.begin(), Warnings.end());
+    if (AddressOnly)
+      R.Stats["fatbin.kernels-recompiled-with-moved-addresses"] += AddressOnly;
     mergeInto(R, std::move(*Mod));
   };
   DefaultThreadPool Pool(hardware_concurrency(O.Jobs));

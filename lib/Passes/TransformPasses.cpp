@@ -10,7 +10,9 @@
 
 #include "tally/Analysis/KernelInfo.h"
 #include "tally/Transforms/Legality.h"
-#include "tally/Transforms/Variants.h"
+#include "tally/Transforms/PTB.h"
+#include "tally/Transforms/Slice.h"
+#include "tally/Transforms/UnifySync.h"
 
 using namespace llvm;
 using namespace tally::ptx;

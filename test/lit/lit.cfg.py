@@ -22,5 +22,9 @@ fatbinary = os.path.join(os.path.dirname(config.ptxas or ""), "fatbinary")
 if config.ptxas and os.path.exists(fatbinary):
     config.available_features.add("fatbinary")
     config.substitutions.append(("%fatbinary", fatbinary))
+nvcc = os.path.join(os.path.dirname(config.ptxas or ""), "nvcc")
+if config.ptxas and os.path.exists(nvcc):
+    config.available_features.add("nvcc")
+    config.substitutions.append(("%nvcc", nvcc))
 if os.path.isdir(os.path.join(os.path.dirname(config.tally_src_root), "shared", "corpus")):
     config.available_features.add("corpus")
