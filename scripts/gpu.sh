@@ -5,9 +5,17 @@
 # variant, PTX made fresh by Triton/Inductor/JAX there and transformed
 # (scripts/outside-ptx.py), and the benchmarks (variant run time,
 # preemption latency, the PTB loop's costs).
+# Then the runtime's round (scripts/gpu-runtime.sh).
+# Usage: scripts/gpu.sh [all|compiler|runtime]   (default all)
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-all}
+case $mode in
+  runtime) exec scripts/gpu-runtime.sh ;;
+  all | compiler) ;;
+  *) echo "usage: $0 [all|compiler|runtime]" >&2; exit 2 ;;
+esac
 D=.carry
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -102,4 +110,9 @@ grep -E '^(slice|ptb)/original' "$OUT/bench.txt" | sed 's/^/| | /; s/$/ |/'
 [[ -f $OUT/bench-baseline.txt ]] &&
   grep -E '^(ptb/original|preemption)' "$OUT/bench-baseline.txt" | sed 's/^/| baseline | /; s/$/ |/'
 grep -E '^preemption latency' "$OUT/bench.txt" | sed 's/^/| | /; s/$/ |/'
-exit $(( corr != 0 || outside != 0 || ${#app} != 11 || san[memcheck] != 0 || san[racecheck] != 0 || san[synccheck] != 0 ))
+rt=0
+if [[ $mode == all ]]; then
+  scripts/gpu-runtime.sh
+  rt=$?
+fi
+exit $(( rt != 0 || corr != 0 || outside != 0 || ${#app} != 11 || san[memcheck] != 0 || san[racecheck] != 0 || san[synccheck] != 0 ))

@@ -3,6 +3,9 @@
 # .carry/ (ignored by git, carried to the device with `carry: [".carry"]`):
 # the GPU test harness, the transformed kernel suite (cubin + metadata +
 # PTX), and the machine facts. Then `scripts/gpu.sh` runs there.
+# The runtime's programs (scripts/build-runtime-examples.sh, the kernel
+# suite as a runtime-API program, the runtime benchmarks) go to
+# .carry/runtime, for scripts/gpu-runtime.sh.
 # TALLY_BASELINE=DIR (a suite.tally.fatbin and suite.yaml made by another
 # build of tally-opt) adds that build's benchmark to the round, for A/B
 # comparisons on the same machine.
@@ -37,4 +40,23 @@ if [[ -n ${TALLY_BASELINE:-} ]]; then
   mkdir -p .carry/baseline
   cp "$TALLY_BASELINE/suite.tally.fatbin" "$TALLY_BASELINE/suite.yaml" .carry/baseline/
 fi
+# The runtime: its test programs plain and transformed, with the installed
+# package (bin/tally, lib/libtally.so) in .carry/runtime/prefix.
+R=.carry/runtime
+scripts/build-runtime-examples.sh $R build >/dev/null
+nvcc -std=c++17 -diag-suppress 20054,550 -arch=sm_90a -O2 -c examples/gpu/suite-host.cu \
+  -o $R/obj/suite-host.o
+build/bin/tally-opt -q $R/obj/suite-host.o -o $R/obj/suite-host.tally.o \
+  --metadata $R/obj/suite-host.yaml
+nvcc -arch=sm_90a $R/obj/suite-host.o -o $R/suite-host
+nvcc -arch=sm_90a $R/obj/suite-host.tally.o -o $R/suite-host.tally
+for b in runtime-launch-overhead runtime-forms; do
+  nvcc -std=c++17 -arch=sm_90a -O2 -c benchmarks/gpu/$b.cu -o $R/obj/$b.o
+  build/bin/tally-opt -q $R/obj/$b.o -o $R/obj/$b.tally.o --metadata $R/obj/$b.yaml
+  nvcc -arch=sm_90a $R/obj/$b.tally.o -o $R/$b
+done
+# What the device does not need.
+rm -rf $R/obj/*.o $R/train-gpt-build $R/prefix/include $R/prefix/lib/cmake \
+  $R/prefix/bin/tally-opt $R/prefix/lib/*.a
+strip $R/prefix/bin/tally
 du -sh .carry

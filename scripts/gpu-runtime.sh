@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# gpu-runtime.sh - the runtime's round on the GPU machine (after
+# scripts/prepare-device.sh here; scripts/gpu.sh runs it, or run it alone):
+#   * every runtime test program (examples/runtime, the kernel suite as a
+#     runtime-API program) plain, then its transformed form under
+#     `tally run` with every kernel forced to its PTB variant and preempted
+#     at random points, and forced to its sliced variant: the output must be
+#     the same bytes as the plain run's;
+#   * PyTorch under the runtime: the same losses, its kernels counted;
+#   * benchmarks: the runtime's cost per launch, each form's run time
+#     through the runtime, the preemption latency the runtime sees.
+# Logs go to $OUT/runtime (OUT defaults to gpu-out); a table is printed last.
+# Exit status 1 when any output differs or a run fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+R=$(pwd)/.carry/runtime
+OUT=${OUT:-gpu-out}
+O=$(mkdir -p "$OUT/runtime" && cd "$OUT/runtime" && pwd)
+TALLY=$R/prefix/bin/tally
+fails=0
+rows=()
+
+row() { rows+=("| $1 | $2 |"); }
+
+# same NAME REF -- CMD...: runs CMD (in $R) into $O/NAME.txt, compares the
+# output with $O/REF.txt.
+same() {
+  local name=$1 ref=$2
+  shift 3
+  (cd "$R" && "$@") >"$O/$name.txt" 2>"$O/$name.err"
+  local rc=$?
+  if [[ $rc -ne 0 ]]; then
+    row "$name" "FAILED (exit $rc): $(tail -c 300 "$O/$name.err" | tr '\n' ' ')"
+    fails=$((fails + 1))
+  elif ! cmp -s "$O/$name.txt" "$O/$ref.txt"; then
+    row "$name" "DIFFERENT OUTPUT from $ref ($(diff "$O/$ref.txt" "$O/$name.txt" | grep -c '^>') lines)"
+    fails=$((fails + 1))
+  else
+    row "$name" "same as $ref ($(wc -l <"$O/$name.txt") lines)$(stats_of "$name")"
+  fi
+}
+
+# stats_of NAME: a summary of the --stats JSON of run NAME, if any.
+stats_of() {
+  [[ -f $O/$1.json ]] || return 0
+  python3 - "$O/$1.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+k = s.get("kernels", [])
+n = {f: sum(x["launches"][f] for x in k) for f in ("original", "slice", "ptb")}
+n["preempted"] = sum(x["preemptions"] for x in k)
+n["fallbacks"] = sum(x["fallbacks"] for x in k)
+out = "; launches " + ", ".join(f"{f} {v}" for f, v in n.items())
+out += f"; kernels without variants {sum(not x['has_variants'] for x in k)}"
+out += f" ({100 * s['share_without_variants']:.1f} % of GPU time)"
+lat = s["preemption_latency_us"]
+if lat["count"]:
+    out += f"; preemption latency p50 {lat['p50']:.1f} us, p99 {lat['p99']:.1f} us"
+print(out, end="")
+EOF
+}
+
+# forms NAME PROGRAM ARGS...: NAME-plain from the plain PROGRAM, then the
+# transformed PROGRAM.tally (or the ARGS with .tally) plain, under the
+# runtime with nothing forced, forced to PTB with random preemption, forced
+# to slices.
+run_forms() {
+  local name=$1 plain=$2 tallied=$3
+  shift 3
+  (cd "$R" && $plain "$@") >"$O/$name-plain.txt" 2>"$O/$name-plain.err"
+  local rc=$?
+  if [[ $rc -ne 0 ]]; then
+    row "$name-plain" "FAILED (exit $rc): $(tail -c 300 "$O/$name-plain.err" | tr '\n' ' ')"
+    fails=$((fails + 1))
+    return
+  fi
+  row "$name-plain" "reference ($(wc -l <"$O/$name-plain.txt") lines)"
+  local targs=("${@//.so/.tally.so}")
+  targs=("${targs[@]//.fatbin/.tally.fatbin}")
+  same "$name-tally" "$name-plain" -- $tallied "${targs[@]}"
+  same "$name-runtime" "$name-plain" -- "$TALLY" run --stats="$O/$name-runtime.json" -- \
+    $tallied "${targs[@]}"
+  same "$name-ptb-preempt" "$name-plain" -- "$TALLY" run --force=ptb --preempt=random:20 \
+    --stats="$O/$name-ptb-preempt.json" -- $tallied "${targs[@]}"
+  same "$name-slice" "$name-plain" -- "$TALLY" run --force=slice \
+    --stats="$O/$name-slice.json" -- $tallied "${targs[@]}"
+}
+
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+} | tee "$O/device.txt"
+if ldd "$R/prefix/lib/libtally.so" | grep "not found"; then
+  echo "libtally.so: missing libraries"
+  exit 1
+fi
+ldd "$R/prefix/lib/libtally.so" >"$O/ldd.txt"
+"$TALLY" --help >"$O/help.txt" 2>&1
+
+echo "== runtime: programs plain and under tally run"
+run_forms streams ./streams ./streams.tally
+run_forms streams-shared ./streams-shared ./streams-shared.tally
+run_forms suite ./suite-host ./suite-host.tally
+run_forms driver-api ./driver-api ./driver-api driver-kernels.fatbin
+run_forms dlopen ./dlopen-main ./dlopen-main ./libkern.so
+run_forms train-gpt ./train-gpt ./train-gpt.tally --steps 50
+# A program without variants under the runtime: passed through.
+same streams-plain-runtime streams-plain -- "$TALLY" run --force=ptb -- ./streams
+
+echo "== runtime: PyTorch"
+if python3 -c "import torch" 2>/dev/null; then
+  (cd "$R" && python3 torch_check.py 20) >"$O/torch-plain.txt" 2>"$O/torch-plain.err"
+  row torch-plain "reference (exit $?)"
+  same torch-runtime torch-plain -- "$TALLY" run --force=ptb --stats="$O/torch-runtime.json" \
+    -- python3 torch_check.py 20
+else
+  row torch "SKIPPED: no PyTorch"
+fi
+
+echo "== runtime: benchmarks"
+for i in 1 2 3; do
+  (cd "$R" && ./runtime-launch-overhead) >>"$O/launch-plain.txt" 2>&1
+  (cd "$R" && "$TALLY" run --priority=high -- ./runtime-launch-overhead) \
+    >>"$O/launch-runtime.txt" 2>&1
+done
+row "launch overhead, plain" "$(grep -h 'us per launch' "$O/launch-plain.txt" | tr '\n' ';')"
+row "launch overhead, tally run" "$(grep -h 'us per launch' "$O/launch-runtime.txt" | tr '\n' ';')"
+(cd "$R" && ./runtime-forms) >"$O/forms-plain.txt" 2>&1
+(cd "$R" && "$TALLY" run --force=ptb -- ./runtime-forms) >"$O/forms-ptb.txt" 2>&1
+(cd "$R" && "$TALLY" run --force=slice -- ./runtime-forms) >"$O/forms-slice.txt" 2>&1
+(cd "$R" && "$TALLY" run --force=ptb --preempt=random:6 --stats="$O/forms-preempt.json" -- \
+  ./runtime-forms) >"$O/forms-preempt.txt" 2>&1
+for f in plain ptb slice preempt; do
+  row "runtime-forms $f" "$(grep -v '^checksum' "$O/forms-$f.txt" | tr '\n' ';')"
+done
+cs=$(grep -h '^checksum' "$O"/forms-*.txt | sort -u | wc -l)
+if [[ $cs -ne 1 ]]; then
+  row "runtime-forms checksums" "DIFFERENT ($cs distinct)"
+  fails=$((fails + 1))
+else
+  row "runtime-forms checksums" "identical in every form$(stats_of forms-preempt)"
+fi
+
+echo
+echo "| runtime check | result |"
+echo "| --- | --- |"
+printf '%s\n' "${rows[@]}"
+echo "runtime failures: $fails"
+exit $((fails != 0))
