@@ -9,13 +9,16 @@
 #   * PyTorch under the runtime: the same losses, its kernels counted;
 #   * benchmarks: the runtime's cost per launch, each form's run time
 #     through the runtime, the preemption latency the runtime sees.
-# Logs go to $OUT/runtime (OUT defaults to gpu-out); a table is printed last.
+# Logs go to $OUT/runtime-logs.tgz (OUT defaults to gpu-out); a table is
+# printed last.
 # Exit status 1 when any output differs or a run fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 R=$(pwd)/.carry/runtime
 OUT=${OUT:-gpu-out}
-O=$(mkdir -p "$OUT/runtime" && cd "$OUT/runtime" && pwd)
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+O=$(mktemp -d)/runtime
 TALLY=$R/prefix/bin/tally
 fails=0
 rows=()
@@ -32,6 +35,12 @@ same() {
   if [[ $rc -ne 0 ]]; then
     row "$name" "FAILED (exit $rc): $(tail -c 300 "$O/$name.err" | tr '\n' ' ')"
     fails=$((fails + 1))
+    if [[ $rc -ge 128 ]] && command -v gdb >/dev/null; then
+      # Where it crashed (gdb follows tally's exec into the program).
+      (cd "$R" && gdb -q -batch -ex run -ex bt --args "$@") >"$O/$name.gdb.txt" 2>&1
+      echo "== $name crashed; backtrace:"
+      grep -E "^#|signal" "$O/$name.gdb.txt" | head -25
+    fi
   elif ! cmp -s "$O/$name.txt" "$O/$ref.txt"; then
     row "$name" "DIFFERENT OUTPUT from $ref ($(diff "$O/$ref.txt" "$O/$name.txt" | grep -c '^>') lines)"
     fails=$((fails + 1))
@@ -86,6 +95,7 @@ run_forms() {
     --stats="$O/$name-slice.json" -- $tallied "${targs[@]}"
 }
 
+mkdir -p "$O"
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -141,6 +151,7 @@ else
   row "runtime-forms checksums" "identical in every form$(stats_of forms-preempt)"
 fi
 
+tar czf "$OUT/runtime-logs.tgz" -C "$(dirname "$O")" runtime
 echo
 echo "| runtime check | result |"
 echo "| --- | --- |"

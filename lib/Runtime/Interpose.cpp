@@ -62,6 +62,9 @@ enum Hook {
   HGraphLaunchPtsz,
   HModuleUnload,
   HLibraryUnload,
+  HCtxDestroy,
+  HPrimaryCtxRelease,
+  HPrimaryCtxReset,
   HGetProcAddress,
   HGetProcAddressV2,
   NumHooks
@@ -73,6 +76,8 @@ const char *const ExportedName[NumHooks] = {
     "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
     "cuGraphLaunch",          "cuGraphLaunch_ptsz",
     "cuModuleUnload",         "cuLibraryUnload",
+    "cuCtxDestroy_v2",        "cuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxReset_v2",
     "cuGetProcAddress",       "cuGetProcAddress_v2"};
 
 std::atomic<void *> Real[NumHooks];
@@ -155,6 +160,14 @@ int hookForProc(const char *Symbol, int Version, cuuint64_t Flags) {
     return HModuleUnload;
   if (!std::strcmp(Symbol, "cuLibraryUnload"))
     return HLibraryUnload;
+  // Context teardown: only the versions our wrappers' signatures are (the
+  // older ones are left alone).
+  if (!std::strcmp(Symbol, "cuCtxDestroy"))
+    return Version >= 4000 ? HCtxDestroy : -1;
+  if (!std::strcmp(Symbol, "cuDevicePrimaryCtxRelease"))
+    return Version >= 11000 ? HPrimaryCtxRelease : -1;
+  if (!std::strcmp(Symbol, "cuDevicePrimaryCtxReset"))
+    return Version >= 11000 ? HPrimaryCtxReset : -1;
   if (!std::strcmp(Symbol, "cuGetProcAddress"))
     return Version >= 12000 ? HGetProcAddressV2 : HGetProcAddress;
   return -1;
@@ -295,6 +308,22 @@ void *tally::rt::realDlsym(void *Handle, const char *Name) {
   return F ? F(Handle, Name) : nullptr;
 }
 
+namespace {
+template <Hook H> CUresult primaryCtxDown(CUdevice Dev) {
+  using Fn = CUresult (*)(CUdevice);
+  auto R = real<Fn>(H);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  Runtime *RT = Runtime::get();
+  if (RT)
+    RT->primaryGoing(Dev);
+  CUresult Res = R(Dev);
+  if (RT)
+    RT->primaryGone(Dev);
+  return Res;
+}
+} // namespace
+
 extern "C" {
 
 // Declared by <dlfcn.h> as non-throwing; the definition must say so too.
@@ -392,6 +421,26 @@ __attribute__((visibility("default"))) CUresult cuLibraryUnload(CUlibrary L) {
   return R(L);
 }
 
+// A context going away takes the runtime's streams, events and control
+// blocks in it along: the runtime finishes its work there first and
+// forgets the context after.
+__attribute__((visibility("default"))) CUresult cuCtxDestroy_v2(CUcontext Ctx) {
+  using Fn = CUresult (*)(CUcontext);
+  auto R = real<Fn>(HCtxDestroy);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (Runtime *RT = Runtime::get())
+    RT->contextGoing(Ctx);
+  return R(Ctx);
+}
+
+__attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxRelease_v2(CUdevice Dev) {
+  return primaryCtxDown<HPrimaryCtxRelease>(Dev);
+}
+__attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxReset_v2(CUdevice Dev) {
+  return primaryCtxDown<HPrimaryCtxReset>(Dev);
+}
+
 } // extern "C"
 
 
@@ -409,6 +458,9 @@ void *const Ours[NumHooks] = {
     reinterpret_cast<void *>(&cuGraphLaunch_ptsz),
     reinterpret_cast<void *>(&cuModuleUnload),
     reinterpret_cast<void *>(&cuLibraryUnload),
+    reinterpret_cast<void *>(&cuCtxDestroy_v2),
+    reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease_v2),
+    reinterpret_cast<void *>(&cuDevicePrimaryCtxReset_v2),
     reinterpret_cast<void *>(&cuGetProcAddress),
     reinterpret_cast<void *>(&cuGetProcAddress_v2)};
 } // namespace

@@ -203,14 +203,14 @@ void Runtime::Impl::reclaim(ContextState &C) {
   while (!C.Retiring.empty()) {
     PtbLaunch &L = *C.Retiring.front();
     bool Busy = false;
-    for (CUevent E : {L.End, L.Gate})
+    for (CUevent E : {L.End, L.Gate, L.Flag})
       if (E && D.cuEventQuery(E) == CUDA_ERROR_NOT_READY)
         Busy = true;
     if (Busy)
       break;
     if (L.Ctrl)
       C.FreeCtrl.push_back(L.Ctrl);
-    for (CUevent E : {L.Start, L.End, L.Gate})
+    for (CUevent E : {L.Start, L.End, L.Gate, L.Flag})
       if (E)
         C.FreeEvents.push_back(E);
     C.Retiring.pop_front();
@@ -252,17 +252,18 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     if (Preemptible) {
       L->Start = acquireEvent(C, false);
       L->Gate = acquireEvent(C, false);
+      L->Flag = acquireEvent(C, false);
     }
   }
   auto GiveBack = [&] {
     std::lock_guard<std::mutex> G(C.Mu);
     if (L->Ctrl)
       C.FreeCtrl.push_back(L->Ctrl);
-    for (CUevent E : {L->Start, L->End, L->Gate})
+    for (CUevent E : {L->Start, L->End, L->Gate, L->Flag})
       if (E)
         C.FreeEvents.push_back(E);
   };
-  if (!L->Ctrl || !L->End || (Preemptible && (!L->Start || !L->Gate)) ||
+  if (!L->Ctrl || !L->End || (Preemptible && (!L->Start || !L->Gate || !L->Flag)) ||
       !buildParams(K, *K.Ptb, A, 0, L->Ctrl, L->ParamBuf, L->ParamBytes)) {
     GiveBack();
     return false;
@@ -398,29 +399,51 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     Stop = Stopping;
   }
   for (unsigned Attempt = 0; Attempt < Attempts && !Stop; ++Attempt) {
-    // Raise the flag only once the (re)launch's control block was cleared
-    // (its Start event completed), or the clear would undo it.
-    if (!waitEvent(L.Start))
-      return;
     unsigned Delay;
+    bool Early;
     {
       std::lock_guard<std::mutex> G(QMu);
       Delay = DelaysUs[Rng() % 5];
+      Early = Rng() % 2;
       Stop = Stopping;
     }
     if (Stop)
       break;
+    // Two ways to raise the flag, half the attempts each:
+    //  * timed: once the host saw the (re)launch start (its Start event),
+    //    after the delay; the time from the raise to the End event is the
+    //    preemption latency the statistics report;
+    //  * early: after the delay, ordered on the GPU behind the Start event,
+    //    so that the flag goes up as the launch starts: short launches that
+    //    finish before the host could react are preempted too (mid-grid or
+    //    before their first block: both must resume correctly).
+    // Either way the flag goes up only after the control block was cleared
+    // (the Start event), or the clear would undo it.
+    if (!Early && !waitEvent(L.Start))
+      return;
     auto Until = Clock::now() + std::chrono::microseconds(Delay);
     while (Clock::now() < Until) {
     }
     auto Raised = Clock::now();
+    if (Early && D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS)
+      break; // not raised: the launch completes on its own
     if (D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
         CUDA_SUCCESS)
-      break; // not raised: the launch completes on its own
+      break;
+    // The write must have landed before the block is read, cleared for the
+    // resumption or reused: a late flag would stop a launch nobody resumes.
+    bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
     if (!waitEvent(L.End))
       return;
     double LatencyUs =
         std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
+    if (!FlagTracked) {
+      // Cannot tell when the flag lands: wait for the signal stream itself.
+      if (D.cuStreamSynchronize(C.Signal) != CUDA_SUCCESS)
+        return;
+    } else if (!waitEvent(L.Flag)) {
+      return;
+    }
     uint32_t Done = 0;
     if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
         D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
@@ -428,7 +451,8 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
-    PreemptLatencyUs.push_back(LatencyUs);
+    if (!Early)
+      PreemptLatencyUs.push_back(LatencyUs);
     bool Resumed = false;
     for (int Try = 0; Try < 3 && !Resumed; ++Try)
       Resumed = resume(L);
@@ -451,6 +475,18 @@ void Runtime::Impl::waitForOwner(void *Owner) {
       return false;
     for (auto &L : Queue)
       if (L->K->Owner == Owner)
+        return false;
+    return true;
+  });
+}
+
+void Runtime::Impl::waitForContext(const ContextState *C) {
+  std::unique_lock<std::mutex> G(QMu);
+  QCv.wait(G, [&] {
+    if (Current && Current->C == C)
+      return false;
+    for (auto &L : Queue)
+      if (L->C == C)
         return false;
     return true;
   });

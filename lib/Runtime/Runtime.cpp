@@ -124,19 +124,45 @@ ContextState *Runtime::Impl::context() {
   CUcontext Ctx = nullptr;
   if (D.cuCtxGetCurrent(&Ctx) != CUDA_SUCCESS || !Ctx)
     return nullptr;
+  unsigned long long Id = 0;
+  if (D.cuCtxGetId && D.cuCtxGetId(Ctx, &Id) != CUDA_SUCCESS)
+    Id = 0;
   std::lock_guard<std::mutex> G(Mu);
+  auto It = Contexts.find(Ctx);
+  if (It != Contexts.end() && Id && It->second->Id && It->second->Id != Id) {
+    // The handle of a context destroyed behind our back, back for a new
+    // one: what the runtime held in the old one is gone with it.
+    logf(LogLevel::Debug, "context %p was destroyed and made anew", static_cast<void *>(Ctx));
+    dropContextLocked(Ctx);
+  }
   auto &Slot = Contexts[Ctx];
   if (Slot)
     return Slot->Usable ? Slot.get() : nullptr;
   Slot = std::make_unique<ContextState>();
   ContextState &C = *Slot;
   C.Ctx = Ctx;
+  C.Id = Id;
   if (!VariantsUsable)
     return nullptr;
   RelaxedCapture Relax(D);
   CUdevice Dev = 0;
   int Least = 0, Greatest = 0;
   CUresult R = D.cuCtxGetDevice(&Dev);
+  if (R == CUDA_SUCCESS) {
+    C.Dev = Dev;
+    // Is it the device's primary context? (Retaining an active primary
+    // context and releasing it again changes nothing.)
+    unsigned Flags = 0;
+    int Active = 0;
+    CUcontext P = nullptr;
+    if (D.cuDevicePrimaryCtxGetState && D.cuDevicePrimaryCtxRetain &&
+        D.cuDevicePrimaryCtxRelease &&
+        D.cuDevicePrimaryCtxGetState(Dev, &Flags, &Active) == CUDA_SUCCESS && Active &&
+        D.cuDevicePrimaryCtxRetain(&P, Dev) == CUDA_SUCCESS) {
+      C.Primary = P == Ctx;
+      D.cuDevicePrimaryCtxRelease(Dev);
+    }
+  }
   if (R == CUDA_SUCCESS)
     R = D.cuDeviceGetAttribute(&C.SMs, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, Dev);
   if (R == CUDA_SUCCESS)
@@ -166,6 +192,8 @@ ModuleEntry *Runtime::Impl::moduleEntry(void *Owner, bool IsLibrary, ContextStat
   }
   auto E = std::make_unique<ModuleEntry>();
   E->IsLibrary = IsLibrary;
+  if (!IsLibrary && C)
+    E->Ctx = C->Ctx;
   CUdeviceptr Ptr = 0;
   size_t Bytes = 0;
   CUresult R = IsLibrary ? D.cuLibraryGetGlobal(&Ptr, &Bytes, static_cast<CUlibrary>(Owner),
@@ -248,6 +276,8 @@ void Runtime::Impl::resolve(KernelEntry &K, CUfunction F) {
     K.WhyNoVariants = "variants are off in this context";
     return;
   }
+  if (!IsKernel)
+    K.Ctx = C->Ctx;
   ModuleEntry *M = moduleEntry(Owner, IsKernel, C);
   if (!M->HasMeta) {
     K.WhyNoVariants = M->Problem.empty() ? "no Tally metadata in its module" : M->Problem;
@@ -352,6 +382,78 @@ KernelEntry *Runtime::Impl::lookup(CUfunction F) {
 }
 
 void Runtime::forgetModule(CUmodule M) { I->forget(M); }
+
+void Runtime::contextGoing(CUcontext Ctx) {
+  I->drainContext(Ctx);
+  std::lock_guard<std::mutex> G(I->Mu);
+  I->dropContextLocked(Ctx);
+}
+
+void Runtime::primaryGoing(CUdevice Dev) {
+  std::vector<CUcontext> Primaries;
+  {
+    std::lock_guard<std::mutex> G(I->Mu);
+    for (auto &[Ctx, C] : I->Contexts)
+      if (C->Primary && C->Dev == Dev)
+        Primaries.push_back(Ctx);
+  }
+  for (CUcontext Ctx : Primaries)
+    I->drainContext(Ctx);
+}
+
+void Runtime::primaryGone(CUdevice Dev) { I->dropDeadPrimaries(Dev); }
+
+/// The runtime's work in \p Ctx finished: preempted launches resumed to the
+/// end, every timing read.
+void Runtime::Impl::drainContext(CUcontext Ctx) {
+  const ContextState *C = nullptr;
+  {
+    std::lock_guard<std::mutex> G(Mu);
+    auto It = Contexts.find(Ctx);
+    if (It == Contexts.end())
+      return;
+    C = It->second.get();
+  }
+  waitForContext(C);
+  harvestTiming(/*All=*/true);
+}
+
+void Runtime::Impl::dropDeadPrimaries(CUdevice Dev) {
+  unsigned Flags = 0;
+  int Active = 1;
+  if (!D.cuDevicePrimaryCtxGetState ||
+      D.cuDevicePrimaryCtxGetState(Dev, &Flags, &Active) != CUDA_SUCCESS || Active)
+    return; // still there (or cannot tell: the context ids catch a new one)
+  std::lock_guard<std::mutex> G(Mu);
+  std::vector<CUcontext> Dead;
+  for (auto &[Ctx, C] : Contexts)
+    if (C->Primary && C->Dev == Dev)
+      Dead.push_back(Ctx);
+  for (CUcontext Ctx : Dead)
+    dropContextLocked(Ctx);
+}
+
+/// Forgets context \p Ctx (Mu held): its state, and the modules and
+/// kernel handles that lived in it.
+void Runtime::Impl::dropContextLocked(CUcontext Ctx) {
+  auto It = Contexts.find(Ctx);
+  if (It == Contexts.end())
+    return;
+  It->second->Usable = false;
+  DeadContexts.push_back(std::move(It->second));
+  Contexts.erase(It);
+  for (auto K = Kernels.begin(); K != Kernels.end();)
+    if (K->second->Ctx == Ctx)
+      K = Kernels.erase(K);
+    else
+      ++K;
+  for (auto M = Modules.begin(); M != Modules.end();)
+    if (M->second->Ctx == Ctx)
+      M = Modules.erase(M);
+    else
+      ++M;
+  Generation.fetch_add(1, std::memory_order_acq_rel);
+}
 void Runtime::forgetLibrary(CUlibrary L) { I->forget(L); }
 
 void Runtime::Impl::forget(void *Owner) {

@@ -27,6 +27,8 @@ void logf(LogLevel L, const char *Fmt, ...) __attribute__((format(printf, 2, 3))
 struct KernelEntry {
   std::string Name;
   void *Owner = nullptr; ///< CUmodule or CUlibrary
+  /// The context of a module's kernel (dies with it); null for CUkernels.
+  CUcontext Ctx = nullptr;
   bool IsLibraryKernel = false;
   bool ReadsGridSize = false;
   std::optional<VariantInfo> Slice, Ptb;
@@ -47,6 +49,7 @@ struct KernelEntry {
 
 struct ModuleEntry {
   bool IsLibrary = false;
+  CUcontext Ctx = nullptr; ///< of a module (dies with it); null for libraries
   bool HasMeta = false;
   ModuleMetadata Meta;
   std::string Problem;
@@ -66,11 +69,15 @@ struct PtbLaunch {
   CUevent Start = nullptr; ///< after the control block was cleared, before the launch
   CUevent End = nullptr;   ///< after the latest (re)launch
   CUevent Gate = nullptr;  ///< on the application's stream, after the gate
+  CUevent Flag = nullptr;  ///< on the signal stream, after the latest flag write
 };
 
 /// Per CUDA context: internal streams, control blocks, events.
 struct ContextState {
   CUcontext Ctx = nullptr;
+  unsigned long long Id = 0; ///< cuCtxGetId (0: unknown)
+  CUdevice Dev = -1;
+  bool Primary = false; ///< the device's primary context
   bool Usable = false;
   int SMs = 0;
   CUstream Resume = nullptr; ///< resumptions and internal copies (non-blocking)
@@ -105,6 +112,9 @@ struct Runtime::Impl {
   std::vector<std::unique_ptr<KernelEntry>> AllKernels; ///< never freed: stats
   std::unordered_map<void *, std::unique_ptr<ModuleEntry>> Modules;
   std::unordered_map<CUcontext, std::unique_ptr<ContextState>> Contexts;
+  /// States of destroyed contexts: never used again, never freed (launches
+  /// and timings queued before the context went may still point to them).
+  std::vector<std::unique_ptr<ContextState>> DeadContexts;
   std::atomic<uint64_t> Generation{1};
   std::atomic<uint64_t> CooperativeLaunches{0}, GraphLaunches{0};
 
@@ -134,6 +144,9 @@ struct Runtime::Impl {
   KernelEntry *lookup(CUfunction F);
   void warnOnce(KernelEntry &K, const std::string &Msg);
   void forget(void *Owner);
+  void drainContext(CUcontext Ctx);
+  void dropContextLocked(CUcontext Ctx);
+  void dropDeadPrimaries(CUdevice Dev);
   Form choose(const KernelEntry &K, const LaunchArgs &A) const;
   void registerExit();
 
@@ -157,6 +170,7 @@ struct Runtime::Impl {
   bool waitEvent(CUevent E);
   bool resume(PtbLaunch &L);
   void waitForOwner(void *Owner);
+  void waitForContext(const ContextState *C);
   void stopPreemptor();
   Timing timingStart(ContextState *C, CUstream S);
   void timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K, bool Launched);

@@ -61,6 +61,14 @@ public:
   void count(Counted What);
   void forgetModule(CUmodule M);
   void forgetLibrary(CUlibrary L);
+  /// Before cuCtxDestroy: finishes the runtime's work in \p Ctx and drops
+  /// what it holds there.
+  void contextGoing(CUcontext Ctx);
+  /// Around cuDevicePrimaryCtxRelease/Reset of \p Dev: before, the work in
+  /// the device's contexts is finished; after, what the runtime held in a
+  /// primary context that is gone is dropped.
+  void primaryGoing(CUdevice Dev);
+  void primaryGone(CUdevice Dev);
 
   /// Finishes every preempted launch and writes the statistics. Runs at
   /// exit (atexit, registered at the first launch, so before the CUDA

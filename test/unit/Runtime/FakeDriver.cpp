@@ -26,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,13 @@ struct State {
   unsigned BlocksBeforeFlag = 1;
   int SMs = 4, BlocksPerSM = 2;
   CUcontext Ctx = reinterpret_cast<CUcontext>(0xC0);
+  /// The context's id; a destroyed context's handle comes back with a new
+  /// one (fake_new_context).
+  unsigned long long CtxId = 1;
+  bool PrimaryActive = true, ReleaseDestroys = false;
+  /// Streams and events created in contexts destroyed since: using them is
+  /// logged as "DEAD ...".
+  std::set<uintptr_t> Created, Dead;
   int NextStream = 1, NextEvent = 1;
   bool FailVariantLaunch = false;
 };
@@ -91,6 +99,18 @@ State &S() {
 }
 
 void log(const std::string &L) { S().Log.push_back(L); }
+
+/// Logs a use of a stream or event of a destroyed context.
+void checkLive(const void *Handle, const char *What) {
+  if (S().Dead.count(reinterpret_cast<uintptr_t>(Handle)))
+    log(std::string("DEAD ") + What + " " + std::to_string(reinterpret_cast<uintptr_t>(Handle)));
+}
+
+void destroyContext() {
+  S().Dead.insert(S().Created.begin(), S().Created.end());
+  S().Created.clear();
+  S().PrimaryActive = false;
+}
 
 std::string streamName(CUstream St) {
   if (St == nullptr)
@@ -184,6 +204,7 @@ CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsig
   if (K->K != Kind::Original && S().FailVariantLaunch)
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   std::vector<unsigned char> B = packParams(K, Params, Extra);
+  checkLive(St, "stream in launch");
   log(std::string(Entry) + " " + K->Name + " grid=" + std::to_string(Gx) + "x" +
       std::to_string(Gy) + "x" + std::to_string(Gz) + " block=" + std::to_string(Bx) +
       " stream=" + streamName(St) + " bytes=" + std::to_string(B.size()) +
@@ -241,6 +262,19 @@ FAKE void *fake_add_kernel(void *M, const char *Name, int Kind_, const size_t *L
   return K;
 }
 
+/// The next cuDevicePrimaryCtxRelease destroys the primary context.
+FAKE void fake_release_destroys() { S().ReleaseDestroys = true; }
+/// Destroys the context without a driver call the runtime sees.
+FAKE void fake_destroy_context() {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  destroyContext();
+}
+/// A new context, with the destroyed one's handle.
+FAKE void fake_new_context() {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  ++S().CtxId;
+  S().PrimaryActive = true;
+}
 FAKE void fake_set_blocks_before_flag(unsigned N) { S().BlocksBeforeFlag = N; }
 FAKE void fake_set_capturing(CUstream St, int On) { S().Capturing[St] = On; }
 FAKE void fake_fail_variant_launches(int On) { S().FailVariantLaunch = On; }
@@ -272,6 +306,37 @@ FAKE CUresult cuCtxGetCurrent(CUcontext *C) {
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
+FAKE CUresult cuCtxGetId(CUcontext, unsigned long long *Id) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  *Id = S().CtxId;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuDevicePrimaryCtxGetState(CUdevice, unsigned *Flags, int *Active) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  *Flags = 0;
+  *Active = S().PrimaryActive;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuDevicePrimaryCtxRetain(CUcontext *C, CUdevice) {
+  *C = S().Ctx;
+  return CUDA_SUCCESS;
+}
+/// Destroys the context when the test said the next release is the last.
+FAKE CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  if (S().ReleaseDestroys) {
+    log("primary context released, destroyed");
+    destroyContext();
+    S().ReleaseDestroys = false;
+  }
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuCtxDestroy_v2(CUcontext) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  log("context destroyed");
+  destroyContext();
+  return CUDA_SUCCESS;
+}
 FAKE CUresult cuCtxGetDevice(CUdevice *D) {
   *D = 0;
   return CUDA_SUCCESS;
@@ -383,6 +448,7 @@ FAKE CUresult cuCtxGetStreamPriorityRange(int *Least, int *Greatest) {
 FAKE CUresult cuStreamCreateWithPriority(CUstream *St, unsigned Flags, int Prio) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   *St = reinterpret_cast<CUstream>(static_cast<uintptr_t>(100 + S().NextStream++));
+  S().Created.insert(reinterpret_cast<uintptr_t>(*St));
   log("streamcreate " + streamName(*St) + " flags=" + std::to_string(Flags) +
       " priority=" + std::to_string(Prio));
   return CUDA_SUCCESS;
@@ -395,12 +461,14 @@ FAKE CUresult cuStreamSynchronize(CUstream St) {
 FAKE CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
 FAKE CUresult cuStreamWaitValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned F) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  checkLive(St, "stream in waitvalue");
   log("waitvalue stream=" + streamName(St) + " value=" + std::to_string(V) +
       " flags=" + std::to_string(F) + " addr=" + std::to_string(Addr));
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  checkLive(St, "stream in writevalue");
   *reinterpret_cast<uint32_t *>(Addr) = V;
   log("writevalue stream=" + streamName(St) + " value=" + std::to_string(V));
   // A raised flag: the running launch finishes the blocks it has and stops.
@@ -414,10 +482,13 @@ FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t 
 FAKE CUresult cuEventCreate(CUevent *E, unsigned) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   *E = reinterpret_cast<CUevent>(static_cast<uintptr_t>(0x10000 + S().NextEvent++));
+  S().Created.insert(reinterpret_cast<uintptr_t>(*E));
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  checkLive(E, "event in record");
+  checkLive(St, "stream in record");
   S().Events[E] = {St, S().Pending.size()};
   return CUDA_SUCCESS;
 }
@@ -425,6 +496,10 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
 /// are over: waiting for it runs them to their end (or stop, flag up).
 FAKE CUresult cuEventQuery(CUevent E) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  // What the driver does with a destroyed event's handle (no log: the
+  // runtime cannot always know that a context went behind its back).
+  if (S().Dead.count(reinterpret_cast<uintptr_t>(E)))
+    return CUDA_ERROR_INVALID_HANDLE;
   FEvent Ev = S().Events[E];
   for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
     PendingPtb &P = S().Pending[I];
@@ -453,7 +528,9 @@ FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St)
   log("memset stream=" + streamName(St) + " words=" + std::to_string(N));
   return CUDA_SUCCESS;
 }
-FAKE CUresult cuMemcpyDtoHAsync_v2(void *Dst, CUdeviceptr Src, size_t N, CUstream) {
+FAKE CUresult cuMemcpyDtoHAsync_v2(void *Dst, CUdeviceptr Src, size_t N, CUstream St) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  checkLive(St, "stream in copy");
   std::memcpy(Dst, reinterpret_cast<void *>(Src), N);
   return CUDA_SUCCESS;
 }
@@ -512,6 +589,8 @@ static void *procFor(const char *Sym, cuuint64_t Flags) {
       {"cuModuleUnload", reinterpret_cast<void *>(&cuModuleUnload)},
       {"cuLibraryUnload", reinterpret_cast<void *>(&cuLibraryUnload)},
       {"cuCtxGetCurrent", reinterpret_cast<void *>(&cuCtxGetCurrent)},
+      {"cuCtxDestroy", reinterpret_cast<void *>(&cuCtxDestroy_v2)},
+      {"cuDevicePrimaryCtxRelease", reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease_v2)},
   };
   auto It = Table.find(Name);
   return It == Table.end() ? nullptr : It->second;

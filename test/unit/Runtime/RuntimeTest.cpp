@@ -39,6 +39,9 @@ const char *fake_log_line(size_t I);
 void fake_log_clear();
 void fake_sync();
 unsigned fake_open_ptb_launches();
+void fake_release_destroys();
+void fake_destroy_context();
+void fake_new_context();
 CUresult cuGetProcAddress(const char *Symbol, void **Pfn, int Version, cuuint64_t Flags);
 }
 
@@ -329,6 +332,55 @@ TEST(ForcePtb, LibraryKernels) {
   EXPECT_TRUE(hasLine("launch ptb_library__tally_ptb grid=8x1x1"));
   settle("ptb_library");
   expectEachBlockOnce(Out);
+}
+
+// A context destroyed (its streams, events and memory gone with it) and a
+// new one made with the same handle, as when a library that carries the
+// CUDA runtime is dlclose()d and opened again: the runtime must not touch
+// what it had in the old one. Three ways the old one goes: the last
+// cuDevicePrimaryCtxRelease (reached through cuGetProcAddress, as the CUDA
+// runtime does), cuCtxDestroy, and behind the runtime's back (caught by
+// the context id).
+TEST(ForcePtb, ContextsDestroyedAndMadeAnew) {
+  for (int Way = 0; Way < 3; ++Way) {
+    SCOPED_TRACE("way " + std::to_string(Way));
+    Module M("ptb_ctx" + std::to_string(Way));
+    std::vector<std::string> Log;
+    for (int Round = 0; Round < 2; ++Round) {
+      std::vector<int> Out(24);
+      fake_log_clear();
+      ASSERT_EQ(launchDirect(M.K, Out, 24), CUDA_SUCCESS);
+      settle(M.Name);
+      expectEachBlockOnce(Out);
+      if (Round == 0) {
+        if (Way == 0) {
+          void *Fn = nullptr;
+          CUdriverProcAddressQueryResult St;
+          ASSERT_EQ(cuGetProcAddress_v2("cuDevicePrimaryCtxRelease", &Fn, 12000, 0, &St),
+                    CUDA_SUCCESS);
+          ASSERT_NE(Fn, nullptr);
+          fake_release_destroys();
+          EXPECT_EQ(reinterpret_cast<CUresult (*)(CUdevice)>(Fn)(0), CUDA_SUCCESS);
+        } else if (Way == 1) {
+          CUcontext C = nullptr;
+          ASSERT_EQ(cuCtxGetCurrent(&C), CUDA_SUCCESS);
+          EXPECT_EQ(cuCtxDestroy(C), CUDA_SUCCESS);
+        } else {
+          fake_destroy_context();
+        }
+        fake_new_context();
+      }
+      for (const std::string &L : logLines())
+        Log.push_back(L);
+    }
+    for (const std::string &L : Log)
+      EXPECT_EQ(L.find("DEAD"), std::string::npos) << L;
+    // Both contexts got their own internal streams.
+    size_t Created = 0;
+    for (const std::string &L : Log)
+      Created += L.rfind("streamcreate", 0) == 0;
+    EXPECT_EQ(Created, 2u);
+  }
 }
 
 TEST(ForcePtb, CapturedStreamsRunTheOriginal) {
