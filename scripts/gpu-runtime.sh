@@ -35,11 +35,11 @@ same() {
   if [[ $rc -ne 0 ]]; then
     row "$name" "FAILED (exit $rc): $(tail -c 300 "$O/$name.err" | tr '\n' ' ')"
     fails=$((fails + 1))
-    if [[ $rc -ge 128 ]] && command -v gdb >/dev/null; then
-      # Where it crashed (gdb follows tally's exec into the program).
-      (cd "$R" && gdb -q -batch -ex run -ex bt --args "$@") >"$O/$name.gdb.txt" 2>&1
-      echo "== $name crashed; backtrace:"
-      grep -E "^#|signal" "$O/$name.gdb.txt" | head -25
+    if [[ $rc -ge 128 && -f $R/segv-backtrace.so ]]; then
+      # Where it crashed (scripts/debug/segv-backtrace.c; no gdb there).
+      (cd "$R" && LD_PRELOAD=$R/segv-backtrace.so "$@") >/dev/null 2>"$O/$name.crash.txt"
+      echo "== $name crashed:"
+      grep -A40 "segv-backtrace" "$O/$name.crash.txt" | head -40
     fi
   elif ! cmp -s "$O/$name.txt" "$O/$ref.txt"; then
     row "$name" "DIFFERENT OUTPUT from $ref ($(diff "$O/$ref.txt" "$O/$name.txt" | grep -c '^>') lines)"
@@ -91,6 +91,9 @@ run_forms() {
     $tallied "${targs[@]}"
   same "$name-ptb-preempt" "$name-plain" -- "$TALLY" run --force=ptb --preempt=random:20 \
     --stats="$O/$name-ptb-preempt.json" -- $tallied "${targs[@]}"
+  # One worker per SM: every grid has logical blocks left to preempt.
+  same "$name-ptb1-preempt" "$name-plain" -- "$TALLY" run --force=ptb --preempt=random:20 \
+    --ptb-workers-per-sm=1 --seed=7 --stats="$O/$name-ptb1-preempt.json" -- $tallied "${targs[@]}"
   same "$name-slice" "$name-plain" -- "$TALLY" run --force=slice \
     --stats="$O/$name-slice.json" -- $tallied "${targs[@]}"
 }
@@ -114,6 +117,14 @@ run_forms suite ./suite-host ./suite-host.tally
 run_forms driver-api ./driver-api ./driver-api driver-kernels.fatbin
 run_forms dlopen ./dlopen-main ./dlopen-main ./libkern.so
 run_forms train-gpt ./train-gpt ./train-gpt.tally --steps 50
+# The dlopen()ed library, with less of the runtime at work, and with the
+# runtime's log.
+same dlopen-debug dlopen-plain -- "$TALLY" run --force=ptb --log-level=debug -- ./dlopen-main \
+  ./libkern.tally.so
+same dlopen-runtime-nostats dlopen-plain -- "$TALLY" run -- ./dlopen-main ./libkern.tally.so
+same dlopen-disabled dlopen-plain -- env TALLY_DISABLE=1 "$TALLY" run -- ./dlopen-main \
+  ./libkern.tally.so
+same dlopen-runtime-plainlib dlopen-plain -- "$TALLY" run -- ./dlopen-main ./libkern.so
 # A program without variants under the runtime: passed through.
 same streams-plain-runtime streams-plain -- "$TALLY" run --force=ptb -- ./streams
 

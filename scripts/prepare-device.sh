@@ -55,6 +55,7 @@ for b in runtime-launch-overhead runtime-forms; do
   build/bin/tally-opt -q $R/obj/$b.o -o $R/obj/$b.tally.o --metadata $R/obj/$b.yaml
   nvcc -arch=sm_90a $R/obj/$b.tally.o -o $R/$b
 done
+cc -O1 -g -shared -fPIC scripts/debug/segv-backtrace.c -o $R/segv-backtrace.so
 # What the device does not need.
 rm -rf $R/obj/*.o $R/train-gpt-build $R/prefix/include $R/prefix/lib/cmake \
   $R/prefix/bin/tally-opt $R/prefix/lib/*.a

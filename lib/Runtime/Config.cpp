@@ -99,6 +99,12 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_PTB_CHUNK", V, "an integer from 1 to 1048576");
     C.PtbChunk = static_cast<uint32_t>(N);
   }
+  if (const char *V = GetEnv("TALLY_PTB_WORKERS_PER_SM"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 1024, N) || N == 0)
+      return Fail("TALLY_PTB_WORKERS_PER_SM", V, "an integer from 1 to 1024");
+    C.PtbWorkersPerSM = static_cast<uint32_t>(N);
+  }
   if (const char *V = GetEnv("TALLY_SLICE_BLOCKS"); V && *V) {
     uint64_t N = 0;
     if (!parseUnsigned(V, UINT32_MAX, N) || N == 0)

@@ -227,6 +227,8 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
                               CUstream S, CUresult &R) {
   uint64_t Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
   int PerSM = workersPerSM(C, K.PtbFn, K.IsLibraryKernel, A);
+  if (Cfg.PtbWorkersPerSM && PerSM > 0)
+    PerSM = std::min<int>(PerSM, static_cast<int>(Cfg.PtbWorkersPerSM));
   if (PerSM <= 0) {
     logf(LogLevel::Debug, "kernel %s: PTB variant does not fit this block shape",
          K.Name.c_str());
@@ -389,7 +391,7 @@ bool Runtime::Impl::resume(PtbLaunch &L) {
 
 void Runtime::Impl::handle(PtbLaunch &L) {
   ContextState &C = *L.C;
-  if (D.cuCtxSetCurrent(C.Ctx) != CUDA_SUCCESS)
+  if (C.Dead.load(std::memory_order_acquire) || D.cuCtxSetCurrent(C.Ctx) != CUDA_SUCCESS)
     return;
   static const unsigned DelaysUs[] = {0, 2, 10, 40, 150};
   unsigned Attempts = Cfg.RandomPreemptions;
@@ -398,34 +400,42 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     std::lock_guard<std::mutex> G(QMu);
     Stop = Stopping;
   }
+  uint32_t DoneSoFar = 0;
   for (unsigned Attempt = 0; Attempt < Attempts && !Stop; ++Attempt) {
     unsigned Delay;
-    bool Early;
+    bool AtBlock;
+    uint32_t Point;
     {
       std::lock_guard<std::mutex> G(QMu);
       Delay = DelaysUs[Rng() % 5];
-      Early = Rng() % 2;
+      AtBlock = Rng() % 2;
+      Point = DoneSoFar + static_cast<uint32_t>(Rng() % (L.Blocks - DoneSoFar));
       Stop = Stopping;
     }
     if (Stop)
       break;
     // Two ways to raise the flag, half the attempts each:
     //  * timed: once the host saw the (re)launch start (its Start event),
-    //    after the delay; the time from the raise to the End event is the
-    //    preemption latency the statistics report;
-    //  * early: after the delay, ordered on the GPU behind the Start event,
-    //    so that the flag goes up as the launch starts: short launches that
-    //    finish before the host could react are preempted too (mid-grid or
-    //    before their first block: both must resume correctly).
+    //    after a random delay; the time from the raise to the End event is
+    //    the preemption latency the statistics report;
+    //  * at a random logical block: the signal stream waits, on the GPU,
+    //    for the launch to start and for its count of finished blocks to
+    //    reach the point, then raises the flag. Launches too short for the
+    //    host to catch are preempted too, anywhere from their first block
+    //    to their last.
     // Either way the flag goes up only after the control block was cleared
     // (the Start event), or the clear would undo it.
-    if (!Early && !waitEvent(L.Start))
+    if (!AtBlock && !waitEvent(L.Start))
       return;
-    auto Until = Clock::now() + std::chrono::microseconds(Delay);
-    while (Clock::now() < Until) {
+    if (!AtBlock) {
+      auto Until = Clock::now() + std::chrono::microseconds(Delay);
+      while (Clock::now() < Until) {
+      }
     }
     auto Raised = Clock::now();
-    if (Early && D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS)
+    if (AtBlock && (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||
+                    D.cuStreamWaitValue32(C.Signal, L.Ctrl + 8, Point,
+                                          CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS))
       break; // not raised: the launch completes on its own
     if (D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
         CUDA_SUCCESS)
@@ -450,8 +460,9 @@ void Runtime::Impl::handle(PtbLaunch &L) {
       Done = 0; // unknown: resume anyway (a complete grid makes it a no-op)
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
+    DoneSoFar = std::max(DoneSoFar, Done);
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
-    if (!Early)
+    if (!AtBlock)
       PreemptLatencyUs.push_back(LatencyUs);
     bool Resumed = false;
     for (int Try = 0; Try < 3 && !Resumed; ++Try)

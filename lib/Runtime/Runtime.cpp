@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -418,6 +419,23 @@ void Runtime::Impl::drainContext(CUcontext Ctx) {
   harvestTiming(/*All=*/true);
 }
 
+/// Drops the contexts that no longer exist, by their ids (at exit: a
+/// context may have gone by a way the runtime does not see, such as the
+/// teardown of a CUDA runtime inside a dlclose()d library).
+void Runtime::Impl::dropDeadContexts() {
+  if (!D.cuCtxGetId)
+    return;
+  std::lock_guard<std::mutex> G(Mu);
+  std::vector<CUcontext> Dead;
+  for (auto &[Ctx, C] : Contexts) {
+    unsigned long long Id = 0;
+    if (D.cuCtxGetId(Ctx, &Id) != CUDA_SUCCESS || (C->Id && Id != C->Id))
+      Dead.push_back(Ctx);
+  }
+  for (CUcontext Ctx : Dead)
+    dropContextLocked(Ctx);
+}
+
 void Runtime::Impl::dropDeadPrimaries(CUdevice Dev) {
   unsigned Flags = 0;
   int Active = 1;
@@ -439,7 +457,18 @@ void Runtime::Impl::dropContextLocked(CUcontext Ctx) {
   auto It = Contexts.find(Ctx);
   if (It == Contexts.end())
     return;
-  It->second->Usable = false;
+  ContextState *C = It->second.get();
+  logf(LogLevel::Debug, "context %p is gone; the runtime forgets what it held there",
+       static_cast<void *>(Ctx));
+  C->Usable = false;
+  C->Dead.store(true, std::memory_order_release);
+  {
+    // Its timings can no longer be read.
+    std::lock_guard<std::mutex> G(TMu);
+    Timed.erase(std::remove_if(Timed.begin(), Timed.end(),
+                               [&](const TimedLaunch &T) { return T.C == C; }),
+                Timed.end());
+  }
   DeadContexts.push_back(std::move(It->second));
   Contexts.erase(It);
   for (auto K = Kernels.begin(); K != Kernels.end();)
@@ -559,6 +588,7 @@ void Runtime::Impl::registerExit() {
 void Runtime::shutdown() {
   if (I->Shut.exchange(true))
     return;
+  I->dropDeadContexts();
   I->stopPreemptor();
   I->harvestTiming(/*All=*/true);
   if (I->Cfg.Stats)

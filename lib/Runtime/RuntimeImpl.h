@@ -79,6 +79,8 @@ struct ContextState {
   CUdevice Dev = -1;
   bool Primary = false; ///< the device's primary context
   bool Usable = false;
+  /// Destroyed: nothing of it may be touched again (its handles are gone).
+  std::atomic<bool> Dead{false};
   int SMs = 0;
   CUstream Resume = nullptr; ///< resumptions and internal copies (non-blocking)
   CUstream Signal = nullptr; ///< preemption flags (non-blocking, highest priority)
@@ -147,6 +149,7 @@ struct Runtime::Impl {
   void drainContext(CUcontext Ctx);
   void dropContextLocked(CUcontext Ctx);
   void dropDeadPrimaries(CUdevice Dev);
+  void dropDeadContexts();
   Form choose(const KernelEntry &K, const LaunchArgs &A) const;
   void registerExit();
 

@@ -59,6 +59,7 @@ const char *Variables =
     "  TALLY_STATS        1, or the JSON file to write\n"
     "  TALLY_LOG_LEVEL    error | warn | info | debug\n"
     "  TALLY_PTB_CHUNK    logical blocks a PTB worker claims at once\n"
+    "  TALLY_PTB_WORKERS_PER_SM  at most this many PTB workers per SM\n"
     "  TALLY_SLICE_BLOCKS blocks per slice (default: one wave)\n"
     "  TALLY_DRIVER       the CUDA driver library (default libcuda.so.1)\n"
     "  TALLY_DISABLE      1: the runtime passes every call through\n"
@@ -77,7 +78,7 @@ int main(int Argc, char **Argv) {
   CLI::App *Run = App.add_subcommand(
       "run", "run CMD with the Tally runtime loaded: tally run [options] -- CMD ARGS...");
   std::string Priority = "best-effort", Force, Preempt, Stats, LogLevel, Lib, Seed;
-  unsigned Chunk = 0, SliceBlocks = 0;
+  unsigned Chunk = 0, SliceBlocks = 0, WorkersPerSM = 0;
   std::vector<std::string> Cmd;
   Run->add_option("--priority", Priority,
                   "high: a latency-critical service, its kernels run unchanged; "
@@ -103,6 +104,11 @@ int main(int Argc, char **Argv) {
                   "logical blocks a PTB worker claims at once (default 1; more is faster "
                   "on short blocks, preempts later)")
       ->check(CLI::Range(1u, 1u << 20));
+  Run->add_option("--ptb-workers-per-sm", WorkersPerSM,
+                  "at most this many PTB workers per SM (default: as many as fit; fewer "
+                  "workers make each claim more logical blocks, so preemption lands mid-grid "
+                  "even in one-wave kernels)")
+      ->check(CLI::Range(1u, 1024u));
   Run->add_option("--slice-blocks", SliceBlocks, "blocks per slice (default: one wave)")
       ->check(CLI::Range(1u, UINT_MAX));
   Run->add_option("--lib", Lib, "libtally.so to load (default: ../lib/libtally.so beside tally)");
@@ -152,6 +158,8 @@ int main(int Argc, char **Argv) {
     Set("TALLY_PTB_CHUNK", std::to_string(Chunk));
   if (SliceBlocks)
     Set("TALLY_SLICE_BLOCKS", std::to_string(SliceBlocks));
+  if (WorkersPerSM)
+    Set("TALLY_PTB_WORKERS_PER_SM", std::to_string(WorkersPerSM));
 
   std::vector<char *> Args;
   for (std::string &A : Cmd)

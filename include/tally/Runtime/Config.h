@@ -14,6 +14,8 @@
 //   TALLY_STATS      1 (table on stderr at exit) or a file for the JSON too
 //   TALLY_LOG_LEVEL  error | warn | info | debug (default warn)
 //   TALLY_PTB_CHUNK  logical blocks a PTB worker claims at once (default 1)
+//   TALLY_PTB_WORKERS_PER_SM  at most this many PTB workers per SM (default:
+//                    as many as fit)
 //   TALLY_SLICE_BLOCKS  blocks per slice (default: one wave of the variant)
 //   TALLY_DRIVER     the driver library to open (default libcuda.so.1)
 //   TALLY_DISABLE    1: pass every call through untouched
@@ -44,6 +46,7 @@ struct Config {
   std::string StatsFile; ///< JSON destination ("" = table only)
   LogLevel Level = LogLevel::Warn;
   uint32_t PtbChunk = 1;
+  uint32_t PtbWorkersPerSM = 0; ///< 0: as many as fit (the occupancy)
   uint32_t SliceBlocks = 0; ///< 0: one wave
   std::string DriverPath = "libcuda.so.1";
 

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -102,8 +103,13 @@ void log(const std::string &L) { S().Log.push_back(L); }
 
 /// Logs a use of a stream or event of a destroyed context.
 void checkLive(const void *Handle, const char *What) {
-  if (S().Dead.count(reinterpret_cast<uintptr_t>(Handle)))
-    log(std::string("DEAD ") + What + " " + std::to_string(reinterpret_cast<uintptr_t>(Handle)));
+  if (S().Dead.count(reinterpret_cast<uintptr_t>(Handle))) {
+    std::string L = std::string("DEAD ") + What + " " +
+                    std::to_string(reinterpret_cast<uintptr_t>(Handle));
+    log(L);
+    // Also where a test that ends with the process sees it.
+    std::fprintf(stderr, "fake driver: %s\n", L.c_str());
+  }
 }
 
 void destroyContext() {
@@ -308,6 +314,8 @@ FAKE CUresult cuCtxGetCurrent(CUcontext *C) {
 FAKE CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
 FAKE CUresult cuCtxGetId(CUcontext, unsigned long long *Id) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  if (!S().PrimaryActive)
+    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *Id = S().CtxId;
   return CUDA_SUCCESS;
 }
@@ -496,10 +504,11 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
 /// are over: waiting for it runs them to their end (or stop, flag up).
 FAKE CUresult cuEventQuery(CUevent E) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
-  // What the driver does with a destroyed event's handle (no log: the
-  // runtime cannot always know that a context went behind its back).
-  if (S().Dead.count(reinterpret_cast<uintptr_t>(E)))
+  // The real driver may crash on a destroyed event's handle.
+  if (S().Dead.count(reinterpret_cast<uintptr_t>(E))) {
+    checkLive(E, "event in query");
     return CUDA_ERROR_INVALID_HANDLE;
+  }
   FEvent Ev = S().Events[E];
   for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
     PendingPtb &P = S().Pending[I];

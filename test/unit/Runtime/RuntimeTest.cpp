@@ -383,6 +383,18 @@ TEST(ForcePtb, ContextsDestroyedAndMadeAnew) {
   }
 }
 
+// A context destroyed behind the runtime's back, and the process exits:
+// the statistics at exit must not read the timings of launches made in it
+// (the ctest fails on any "DEAD" line from the fake).
+TEST(ContextGoneAtExit, TimingsAreNotRead) {
+  Module M("ptb_gone");
+  std::vector<int> Out(24);
+  ASSERT_EQ(launchDirect(M.K, Out, 24), CUDA_SUCCESS);
+  fake_sync();
+  expectEachBlockOnce(Out);
+  fake_destroy_context();
+}
+
 TEST(ForcePtb, CapturedStreamsRunTheOriginal) {
   Module M("ptb_capture");
   CUstream S = reinterpret_cast<CUstream>(0x55);
@@ -486,6 +498,18 @@ TEST(ForceSlice, PtbOnlyKernelsRunTheOriginal) {
 //===----------------------------------------------------------------------===//
 // A bad setting: the runtime stays out of the way.
 //===----------------------------------------------------------------------===//
+
+// TALLY_PTB_WORKERS_PER_SM=1: one worker per SM (the fake has 4 SMs, and
+// 2 workers would fit on each).
+TEST(PtbWorkers, AtMostNPerSM) {
+  Module M("ptb_workers");
+  std::vector<int> Out(20);
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(M.K, Out, 20), CUDA_SUCCESS);
+  EXPECT_TRUE(hasLine("launch ptb_workers__tally_ptb grid=4x1x1 block=32 stream=legacy bytes=40"));
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
 
 TEST(BadSetting, EverythingPassesThrough) {
   Module M("bad_setting");

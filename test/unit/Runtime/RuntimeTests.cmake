@@ -33,6 +33,13 @@ set_tests_properties(runtime-force-ptb-stats PROPERTIES FIXTURES_REQUIRED runtim
 add_test(NAME runtime-force-slice COMMAND RuntimeTests --gtest_filter=ForceSlice.*)
 set_tests_properties(runtime-force-slice PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=slice;TALLY_SLICE_BLOCKS=3")
+add_test(NAME runtime-ptb-workers COMMAND RuntimeTests --gtest_filter=PtbWorkers.*)
+set_tests_properties(runtime-ptb-workers PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_PTB_WORKERS_PER_SM=1")
+add_test(NAME runtime-context-gone-at-exit COMMAND RuntimeTests --gtest_filter=ContextGoneAtExit.*)
+set_tests_properties(runtime-context-gone-at-exit PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS=1"
+  FAIL_REGULAR_EXPRESSION "DEAD|FAILED")
 add_test(NAME runtime-bad-setting COMMAND RuntimeTests --gtest_filter=BadSetting.*)
 set_tests_properties(runtime-bad-setting PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=fastest"
