@@ -239,6 +239,14 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   L->C = &C;
   L->Blocks = static_cast<uint32_t>(Blocks);
   L->Workers = static_cast<uint32_t>(std::min<uint64_t>(Blocks, uint64_t(PerSM) * C.SMs));
+  if (Cfg.RandomPreemptions && L->Workers > 1) {
+    // A correctness check of preemption: a random number of workers, so
+    // that grids of one wave or less have unclaimed blocks when the flag
+    // goes up (with a full wave every block is claimed at once and no
+    // preemption could leave anything to resume).
+    std::lock_guard<std::mutex> G(QMu);
+    L->Workers = 1 + static_cast<uint32_t>(Rng() % L->Workers);
+  }
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
   bool Preemptible = Cfg.RandomPreemptions > 0;
