@@ -111,6 +111,48 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_SLICE_BLOCKS", V, "a positive integer");
     C.SliceBlocks = static_cast<uint32_t>(N);
   }
+  if (const char *V = GetEnv("TALLY_TURNAROUND_US"); V && *V) {
+    uint64_t N = 0;
+    // Tenths of a microsecond: "31.6" or "40".
+    const char *Dot = std::strchr(V, '.');
+    std::string Whole(V, Dot ? size_t(Dot - V) : std::strlen(V));
+    uint64_t Frac = 0;
+    if (Whole.empty() || !parseUnsigned(Whole.c_str(), 1000000, N) ||
+        (Dot && (std::strlen(Dot + 1) != 1 || !parseUnsigned(Dot + 1, 9, Frac))) ||
+        N * 10 + Frac == 0)
+      return Fail("TALLY_TURNAROUND_US", V, "microseconds, e.g. 31.6 (one decimal at most)");
+    C.TurnaroundUs = double(N) + double(Frac) / 10.0;
+  }
+  if (const char *V = GetEnv("TALLY_IDLE_US"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 10000000, N))
+      return Fail("TALLY_IDLE_US", V, "microseconds from 0 to 10000000");
+    C.IdleUs = N;
+  }
+  if (const char *V = GetEnv("TALLY_SILENCE_MS"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 3600000, N) || N == 0)
+      return Fail("TALLY_SILENCE_MS", V, "milliseconds from 1 to 3600000");
+    C.SilenceMs = N;
+  }
+  if (const char *V = GetEnv("TALLY_SHM_DIR"); V && *V)
+    C.ShmDir = V;
+  if (const char *V = GetEnv("TALLY_SCHEDULE"); V && *V) {
+    if (!std::strcmp(V, "0"))
+      C.Schedule = false;
+    else if (!std::strcmp(V, "1"))
+      C.Schedule = true;
+    else
+      return Fail("TALLY_SCHEDULE", V, "0 or 1");
+  }
+  if (const char *V = GetEnv("TALLY_PROFILE_CACHE"); V && *V) {
+    if (!std::strcmp(V, "0"))
+      C.ProfileCache = false;
+    else if (!std::strcmp(V, "1"))
+      C.ProfileCache = true;
+    else
+      return Fail("TALLY_PROFILE_CACHE", V, "0 or 1");
+  }
   if (const char *V = GetEnv("TALLY_DRIVER"); V && *V)
     C.DriverPath = V;
   return C;

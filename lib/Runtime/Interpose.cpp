@@ -286,9 +286,22 @@ CUresult launchCooperative(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, 
   auto R = real<Fn>(H);
   if (!R)
     return CUDA_ERROR_NOT_INITIALIZED;
+  struct Call {
+    Fn R;
+    CUfunction F;
+    unsigned Gx, Gy, Gz, Bx, By, Bz, Smem;
+    CUstream S;
+    void **Params;
+  } C{R, F, Gx, Gy, Gz, Bx, By, Bz, Smem, S, Params};
+  PassThrough Original{[](const void *P) {
+                         auto *X = static_cast<const Call *>(P);
+                         return X->R(X->F, X->Gx, X->Gy, X->Gz, X->Bx, X->By, X->Bz, X->Smem,
+                                     X->S, X->Params);
+                       },
+                       &C};
   if (Runtime *RT = Runtime::get())
-    RT->count(Counted::CooperativeLaunch);
-  return R(F, Gx, Gy, Gz, Bx, By, Bz, Smem, S, Params);
+    return RT->otherLaunch(Counted::CooperativeLaunch, S, H == HLaunchCooperativePtsz, Original);
+  return Original();
 }
 
 template <Hook H> CUresult graphLaunch(CUgraphExec G, CUstream S) {
@@ -296,9 +309,19 @@ template <Hook H> CUresult graphLaunch(CUgraphExec G, CUstream S) {
   auto R = real<Fn>(H);
   if (!R)
     return CUDA_ERROR_NOT_INITIALIZED;
+  struct Call {
+    Fn R;
+    CUgraphExec G;
+    CUstream S;
+  } C{R, G, S};
+  PassThrough Original{[](const void *P) {
+                         auto *X = static_cast<const Call *>(P);
+                         return X->R(X->G, X->S);
+                       },
+                       &C};
   if (Runtime *RT = Runtime::get())
-    RT->count(Counted::GraphLaunch);
-  return R(G, S);
+    return RT->otherLaunch(Counted::GraphLaunch, S, H == HGraphLaunchPtsz, Original);
+  return Original();
 }
 
 } // namespace

@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 bool Runtime::Impl::buildParams(const KernelEntry &K, const VariantInfo &V,
                                 const LaunchArgs &A, uint32_t SliceOffset, CUdeviceptr Ctrl,
-                                std::vector<uint64_t> &Buf, size_t &Bytes) {
+                                uint32_t Chunk, std::vector<uint64_t> &Buf, size_t &Bytes) {
   Bytes = V.ParamBytes;
   Buf.assign((Bytes + 7) / 8, 0);
   auto *P = reinterpret_cast<unsigned char *>(Buf.data());
@@ -80,7 +80,7 @@ bool Runtime::Impl::buildParams(const KernelEntry &K, const VariantInfo &V,
       Value = A.Grid[2];
       break;
     case ParamRole::Chunk:
-      Value = Cfg.PtbChunk;
+      Value = Chunk;
       break;
     case ParamRole::Control:
       Value = Ctrl;
@@ -131,9 +131,9 @@ int Runtime::Impl::workersPerSM(ContextState &C, CUfunction VF, bool IsKernel,
 }
 
 bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextState &C,
-                                 CUstream S, CUresult &R) {
+                                 CUstream S, CUresult &R, const Choice *Pick, bool Paced) {
   uint64_t Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
-  uint64_t PerSlice = Cfg.SliceBlocks;
+  uint64_t PerSlice = Pick && Pick->SliceBlocks ? Pick->SliceBlocks : Cfg.SliceBlocks;
   if (!PerSlice) {
     int PerSM = workersPerSM(C, K.SliceFn, K.IsLibraryKernel, A);
     if (PerSM <= 0)
@@ -143,7 +143,15 @@ bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextSta
   std::vector<uint64_t> Buf;
   size_t Bytes = 0;
   for (uint64_t Off = 0; Off < Blocks; Off += PerSlice) {
-    if (!buildParams(K, *K.Slice, A, static_cast<uint32_t>(Off), 0, Buf, Bytes)) {
+    if (Paced && Off) {
+      // Under the scheduler: the next slice is issued only once the last
+      // one ended and HP is idle, so an arriving HP kernel waits for one
+      // slice at most.
+      if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)
+        C.BeDoneRecorded = true;
+      holdWhileHpBusy(C);
+    }
+    if (!buildParams(K, *K.Slice, A, static_cast<uint32_t>(Off), 0, 1, Buf, Bytes)) {
       if (Off == 0)
         return false;
       R = CUDA_ERROR_UNKNOWN; // cannot happen after the first slice built
@@ -224,7 +232,7 @@ void Runtime::Impl::retire(std::unique_ptr<PtbLaunch> L) {
 }
 
 bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState &C,
-                              CUstream S, CUresult &R) {
+                              CUstream S, CUresult &R, const Choice *Pick, bool Scheduled) {
   uint64_t Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
   int PerSM = workersPerSM(C, K.PtbFn, K.IsLibraryKernel, A);
   if (Cfg.PtbWorkersPerSM && PerSM > 0)
@@ -239,6 +247,10 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   L->C = &C;
   L->Blocks = static_cast<uint32_t>(Blocks);
   L->Workers = static_cast<uint32_t>(std::min<uint64_t>(Blocks, uint64_t(PerSM) * C.SMs));
+  if (Pick && Pick->Workers)
+    L->Workers = std::min(L->Workers, Pick->Workers);
+  uint32_t Chunk = Pick ? std::max<uint32_t>(Pick->Chunk, 1) : Cfg.PtbChunk;
+  L->Scheduled = Scheduled;
   if (Cfg.RandomPreemptions && L->Workers > 1) {
     // A correctness check of preemption: a random number of workers, so
     // that grids of one wave or less have unclaimed blocks when the flag
@@ -249,7 +261,7 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   }
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
-  bool Preemptible = Cfg.RandomPreemptions > 0;
+  bool Preemptible = Cfg.RandomPreemptions > 0 || Scheduled;
   {
     struct Relaxed {
       const DriverTable &D;
@@ -274,7 +286,7 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
         C.FreeEvents.push_back(E);
   };
   if (!L->Ctrl || !L->End || (Preemptible && (!L->Start || !L->Gate || !L->Flag)) ||
-      !buildParams(K, *K.Ptb, A, 0, L->Ctrl, L->ParamBuf, L->ParamBytes)) {
+      !buildParams(K, *K.Ptb, A, 0, L->Ctrl, Chunk, L->ParamBuf, L->ParamBytes)) {
     GiveBack();
     return false;
   }
@@ -345,7 +357,10 @@ void Runtime::Impl::preemptorLoop() {
       Queue.pop_front();
       Current = L.get();
     }
-    handle(*L);
+    if (L->Scheduled)
+      scheduled(*L);
+    else
+      handle(*L);
     retire(std::move(L));
     {
       std::lock_guard<std::mutex> G(QMu);

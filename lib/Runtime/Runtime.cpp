@@ -102,25 +102,6 @@ const DriverTable &Runtime::driver() const { return I->D; }
 // Resolution
 //===----------------------------------------------------------------------===//
 
-namespace {
-/// Runs driver calls that are not stream work (allocations, copies into
-/// our own memory) in relaxed capture mode, so that they cannot invalidate
-/// a graph capture another thread of the application has going.
-struct RelaxedCapture {
-  const DriverTable &D;
-  CUstreamCaptureMode Old = CU_STREAM_CAPTURE_MODE_RELAXED;
-  bool Changed = false;
-  explicit RelaxedCapture(const DriverTable &D) : D(D) {
-    if (D.cuThreadExchangeStreamCaptureMode)
-      Changed = D.cuThreadExchangeStreamCaptureMode(&Old) == CUDA_SUCCESS;
-  }
-  ~RelaxedCapture() {
-    if (Changed)
-      D.cuThreadExchangeStreamCaptureMode(&Old);
-  }
-};
-} // namespace
-
 ContextState *Runtime::Impl::context() {
   CUcontext Ctx = nullptr;
   if (D.cuCtxGetCurrent(&Ctx) != CUDA_SUCCESS || !Ctx)
@@ -145,7 +126,7 @@ ContextState *Runtime::Impl::context() {
   C.Id = Id;
   if (!VariantsUsable)
     return nullptr;
-  RelaxedCapture Relax(D);
+  RelaxedCaptureGuard Relax(D);
   CUdevice Dev = 0;
   int Least = 0, Greatest = 0;
   CUresult R = D.cuCtxGetDevice(&Dev);
@@ -206,7 +187,7 @@ ModuleEntry *Runtime::Impl::moduleEntry(void *Owner, bool IsLibrary, ContextStat
       E->Problem = "embedded metadata of " + std::to_string(Bytes) + " bytes";
     } else {
       std::string Text(Bytes, '\0');
-      RelaxedCapture Relax(D);
+      RelaxedCaptureGuard Relax(D);
       R = D.cuMemcpyDtoHAsync(&Text[0], Ptr, Bytes, C->Resume);
       if (R == CUDA_SUCCESS)
         R = D.cuStreamSynchronize(C->Resume);
@@ -214,6 +195,10 @@ ModuleEntry *Runtime::Impl::moduleEntry(void *Owner, bool IsLibrary, ContextStat
         E->Problem = "cannot read the embedded metadata (" + D.errorName(R) + ")";
       } else {
         size_t End = Text.find('\0');
+        uint64_t H = 1469598103934665603ull;
+        for (size_t I = 0; I < (End == std::string::npos ? Bytes : End); ++I)
+          H = (H ^ static_cast<unsigned char>(Text[I])) * 1099511628211ull;
+        E->MetaHash = H;
         std::string Error;
         if (!parseModuleMetadata(std::string_view(Text.data(), End == std::string::npos ? Bytes : End),
                                  E->Meta, Error))
@@ -293,6 +278,11 @@ void Runtime::Impl::resolve(KernelEntry &K, CUfunction F) {
     return;
   }
   K.ReadsGridSize = KM->ReadsGridSize;
+  {
+    char Hash[24];
+    std::snprintf(Hash, sizeof Hash, "@%08llx", (unsigned long long)(M->MetaHash & 0xffffffffu));
+    K.ProfileName = K.Name + Hash;
+  }
   if (KM->Variants.empty()) {
     K.WhyNoVariants = KM->Reason.empty() ? "rejected by tally-opt" : KM->Reason;
     return;
@@ -362,7 +352,7 @@ KernelEntry *Runtime::Impl::lookup(CUfunction F) {
   if (!K) {
     auto New = std::make_unique<KernelEntry>();
     {
-      RelaxedCapture Relax(D);
+      RelaxedCaptureGuard Relax(D);
       resolve(*New, F);
     }
     if (!New->WhyNoVariants.empty())
@@ -525,12 +515,19 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
     return Original();
   S.registerExit();
   KernelEntry *K = S.lookup(A.F);
-  Form F = S.choose(*K, A);
+  // Scheduling across processes (not with random preemption, a check of
+  // the mechanism on its own): HP launches are announced, BE launches are
+  // decided by the policy in launchBe.
+  bool Sched = S.Cfg.Schedule && !S.Cfg.RandomPreemptions;
+  bool Hp = S.Cfg.Prio == Priority::High;
+  Form F = Sched ? Form::Original : S.choose(*K, A);
+  if (Sched && Hp && S.Cfg.Forced)
+    F = S.choose(*K, A);
   CUstream Stream = A.Stream;
   if (!Stream)
     Stream = A.PerThreadStream ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
   bool Capturing = false;
-  if (F != Form::Original || S.Cfg.Stats) {
+  if (F != Form::Original || S.Cfg.Stats || Sched) {
     CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult R = S.D.cuStreamIsCapturing ? S.D.cuStreamIsCapturing(Stream, &St)
                                          : CUDA_ERROR_NOT_SUPPORTED;
@@ -540,15 +537,29 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
       F = Form::Original;
     }
   }
-  ContextState *C = F != Form::Original || (S.Cfg.Stats && !Capturing) ? S.context() : nullptr;
+  ContextState *C =
+      F != Form::Original || (Sched && !Capturing) || (S.Cfg.Stats && !Capturing) ? S.context()
+                                                                                 : nullptr;
   if (!C)
     F = Form::Original;
   Timing T = S.Cfg.Stats && C && !Capturing ? S.timingStart(C, Stream) : Timing{};
   CUresult R = CUDA_SUCCESS;
   bool Done = false;
-  if (F == Form::Ptb)
+  if (Sched && Hp && F == Form::Original) {
+    R = S.launchHp(A, Original, C, Stream, Capturing);
+    Done = true;
+  } else if (Sched && !Hp && C) {
+    S.coordinate(*C);
+    if (S.Co.Usable) {
+      R = S.launchBe(*K, A, Original, *C, Stream, F);
+      Done = true;
+    } else {
+      F = S.choose(*K, A); // no scheduler: as in one process
+    }
+  }
+  if (!Done && F == Form::Ptb)
     Done = S.launchPtb(*K, A, *C, Stream, R);
-  else if (F == Form::Slice)
+  else if (!Done && F == Form::Slice)
     Done = S.launchSliced(*K, A, *C, Stream, R);
   if (!Done) {
     if (F != Form::Original)
@@ -560,6 +571,35 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
     K->Launches[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed);
   if (T.Start)
     S.timingEnd(C, Stream, T, K, R == CUDA_SUCCESS);
+  return R;
+}
+
+CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStream,
+                              PassThrough Original) {
+  Impl &S = *I;
+  count(What);
+  if (S.Shut.load(std::memory_order_acquire) || !S.Cfg.Schedule || S.Cfg.RandomPreemptions)
+    return Original();
+  if (!Stream)
+    Stream = PerThreadStream ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+  CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;
+  bool Capturing = !S.D.cuStreamIsCapturing || S.D.cuStreamIsCapturing(Stream, &St) != CUDA_SUCCESS ||
+                   St != CU_STREAM_CAPTURE_STATUS_NONE;
+  ContextState *C = Capturing ? nullptr : S.context();
+  if (S.Cfg.Prio == Priority::High)
+    return S.launchHp(LaunchArgs{}, Original, C, Stream, Capturing);
+  if (!C)
+    return Original();
+  S.coordinate(*C);
+  if (!S.Co.Usable)
+    return Original();
+  // A BE graph or cooperative launch cannot be preempted: like an original
+  // without variants, it waits for HP to be idle (in Guarded mode).
+  std::lock_guard<std::mutex> BeLock(S.Co.BeMu);
+  S.holdWhileHpBusy(*C);
+  CUresult R = Original();
+  if (R == CUDA_SUCCESS && C->BeDone && S.D.cuEventRecord(C->BeDone, Stream) == CUDA_SUCCESS)
+    C->BeDoneRecorded = true;
   return R;
 }
 
@@ -590,6 +630,7 @@ void Runtime::shutdown() {
     return;
   I->dropDeadContexts();
   I->stopPreemptor();
+  I->stopCoordination();
   I->harvestTiming(/*All=*/true);
   if (I->Cfg.Stats)
     I->writeStats();

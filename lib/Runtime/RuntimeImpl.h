@@ -3,7 +3,10 @@
 #define TALLY_LIB_RUNTIME_RUNTIMEIMPL_H
 
 #include "tally/Runtime/MetadataReader.h"
+#include "tally/Runtime/Policy.h"
+#include "tally/Runtime/ProfileCache.h"
 #include "tally/Runtime/Runtime.h"
+#include "tally/Runtime/Segment.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -23,6 +26,23 @@ namespace tally::rt {
 
 void logf(LogLevel L, const char *Fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/// Runs driver calls that are not stream work (allocations, copies into
+/// our own memory) in relaxed capture mode, so that they cannot invalidate
+/// a graph capture another thread of the application has going.
+struct RelaxedCaptureGuard {
+  const DriverTable &D;
+  CUstreamCaptureMode Old = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool Changed = false;
+  explicit RelaxedCaptureGuard(const DriverTable &D) : D(D) {
+    if (D.cuThreadExchangeStreamCaptureMode)
+      Changed = D.cuThreadExchangeStreamCaptureMode(&Old) == CUDA_SUCCESS;
+  }
+  ~RelaxedCaptureGuard() {
+    if (Changed)
+      D.cuThreadExchangeStreamCaptureMode(&Old);
+  }
+};
+
 /// What the runtime knows of one launched kernel handle.
 struct KernelEntry {
   std::string Name;
@@ -36,6 +56,8 @@ struct KernelEntry {
   /// The original's parameters: offset and size of each.
   std::vector<std::pair<uint32_t, uint32_t>> Params;
   std::string WhyNoVariants;
+  /// "name@module hash": the kernel's key in the profile cache.
+  std::string ProfileName;
   std::atomic<bool> Warned{false};
   /// A variant failed at run time: the kernel runs as it is from now on.
   std::atomic<bool> Disabled{false};
@@ -49,6 +71,7 @@ struct KernelEntry {
 
 struct ModuleEntry {
   bool IsLibrary = false;
+  uint64_t MetaHash = 0; ///< FNV-1a of the embedded metadata text
   CUcontext Ctx = nullptr; ///< of a module (dies with it); null for libraries
   bool HasMeta = false;
   ModuleMetadata Meta;
@@ -70,6 +93,9 @@ struct PtbLaunch {
   CUevent End = nullptr;   ///< after the latest (re)launch
   CUevent Gate = nullptr;  ///< on the application's stream, after the gate
   CUevent Flag = nullptr;  ///< on the signal stream, after the latest flag write
+  /// Preempted when HP processes are active (the scheduler), rather than
+  /// at random points (--preempt).
+  bool Scheduled = false;
 };
 
 /// Per CUDA context: internal streams, control blocks, events.
@@ -89,6 +115,10 @@ struct ContextState {
   std::vector<CUevent> FreeEvents, FreeTimingEvents;
   /// Finished launches whose control block is still read by the GPU.
   std::deque<std::unique_ptr<PtbLaunch>> Retiring;
+  /// BE launches under the scheduler: around the latest one (timing
+  /// events), so the next waits for it and measured ones are timed.
+  CUevent BeStart = nullptr, BeDone = nullptr;
+  bool BeDoneRecorded = false;
   /// Workers per SM by (variant, threads per block, dynamic shared bytes).
   std::map<std::tuple<CUfunction, unsigned, unsigned>, int> Occupancy;
 };
@@ -101,6 +131,39 @@ struct TimedLaunch {
   KernelEntry *K;
   ContextState *C;
   CUevent Start, End;
+};
+
+/// A BE launch being measured for the profile: checked when it is done.
+struct PendingMeasure {
+  bool Active = false;
+  ContextState *C = nullptr;
+  LaunchShape Shape;
+  Choice Pick;
+  uint64_t Arrivals = 0;
+  uint64_t Preemptions = 0; ///< the process's count when it was launched
+};
+
+/// Cross-process scheduling (Scheduler.cpp).
+struct Coordination {
+  std::once_flag Once;
+  bool Usable = false;
+  std::unique_ptr<Segment> Seg;
+  std::unique_ptr<ProfileCache> Cache;
+  std::unique_ptr<Policy> Pol;
+  std::mutex PolMu; ///< guards Pol and Cache
+  /// One BE launch decided and issued at a time.
+  std::mutex BeMu;
+  PendingMeasure Measure;
+  /// HP: the segment's completion word as the GPU sees it.
+  CUdeviceptr FinishedDev = 0;
+  bool GpuWrites = false;
+  std::thread Heart;
+  std::mutex HeartMu;
+  std::condition_variable HeartCv;
+  bool HeartStop = false;
+  bool Mps = false;
+  std::atomic<uint64_t> HpLaunches{0}, HpHostCompletions{0}, FullSpeed{0}, Holds{0}, HeldNs{0},
+      Preemptions{0}, Measured{0}, Discarded{0};
 };
 
 struct Runtime::Impl {
@@ -135,6 +198,8 @@ struct Runtime::Impl {
   std::mutex TMu;
   std::deque<TimedLaunch> Timed;
 
+  Coordination Co;
+
   std::once_flag ExitOnce;
   std::atomic<bool> ExitRegistered{false};
   std::atomic<bool> Shut{false};
@@ -155,12 +220,17 @@ struct Runtime::Impl {
 
   // Launcher.cpp
   bool buildParams(const KernelEntry &K, const VariantInfo &V, const LaunchArgs &A,
-                   uint32_t SliceOffset, CUdeviceptr Ctrl, std::vector<uint64_t> &Buf,
-                   size_t &Bytes);
+                   uint32_t SliceOffset, CUdeviceptr Ctrl, uint32_t Chunk,
+                   std::vector<uint64_t> &Buf, size_t &Bytes);
   int workersPerSM(ContextState &C, CUfunction VF, bool IsKernel, const LaunchArgs &A);
-  bool launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState &C, CUstream S, CUresult &R);
+  /// \p Pick: workers and chunk (null: the settings' defaults); \p Scheduled:
+  /// preempted by the scheduler when HP is active.
+  bool launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState &C, CUstream S, CUresult &R,
+                 const Choice *Pick = nullptr, bool Scheduled = false);
+  /// \p Pick: blocks per slice (null: the settings' default); \p Paced:
+  /// each slice waits for HP to be idle and for the previous one to end.
   bool launchSliced(KernelEntry &K, const LaunchArgs &A, ContextState &C, CUstream S,
-                    CUresult &R);
+                    CUresult &R, const Choice *Pick = nullptr, bool Paced = false);
   CUresult launchVariant(CUfunction VF, unsigned Grid, const unsigned Block[3],
                          unsigned Shared, CUstream S, void *Params, size_t Bytes);
   CUdeviceptr acquireCtrl(ContextState &C);
@@ -178,6 +248,19 @@ struct Runtime::Impl {
   Timing timingStart(ContextState *C, CUstream S);
   void timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K, bool Launched);
   void harvestTiming(bool All);
+
+  // Scheduler.cpp
+  void coordinate(ContextState &C);
+  void heartbeatLoop();
+  void stopCoordination();
+  HpObservation observeHp(uint64_t Now);
+  CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,
+                    bool Capturing);
+  CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
+                    CUstream S, Form &F);
+  void holdWhileHpBusy(ContextState &C);
+  void finishMeasurement();
+  void scheduled(PtbLaunch &L);
 
   // Stats.cpp
   void writeStats();

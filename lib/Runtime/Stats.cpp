@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace tally::rt {
 
@@ -130,6 +131,29 @@ void Runtime::Impl::writeStats() {
                  "tally: %zu preemptions, flag raised to workers gone (host-observed): p50 %.1f "
                  "us, p99 %.1f us, max %.1f us\n",
                  Lat.size(), Pct(0.5), Pct(0.99), Lat.back());
+  uint64_t Hits = 0, Misses = 0;
+  if (Co.Pol) {
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    Hits = Co.Pol->profileHits();
+    Misses = Co.Pol->profileMisses();
+  }
+  if (Co.Usable) {
+    if (Cfg.Prio == Priority::High)
+      std::fprintf(E, "tally: scheduling: %llu launches announced to best-effort processes (%s)\n",
+                   (unsigned long long)Co.HpLaunches.load(),
+                   Co.GpuWrites ? "completions written by the GPU" : "completions from the host");
+    else
+      std::fprintf(E,
+                   "tally: scheduling: %llu launches at full speed (no HP activity), held %llu "
+                   "times for %.3f ms in all, %llu preemptions by HP arrivals; profile: %llu "
+                   "choices from measurements, %llu launches measuring (%llu measurements kept, "
+                   "%llu discarded because HP came by)%s\n",
+                   (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
+                   Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
+                   (unsigned long long)Hits, (unsigned long long)Misses,
+                   (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
+                   Co.Mps ? "; MPS on" : "; no MPS");
+  }
   if (Cfg.StatsFile.empty())
     return;
   FILE *J = std::fopen(Cfg.StatsFile.c_str(), "w");
@@ -145,10 +169,23 @@ void Runtime::Impl::writeStats() {
                   "  \"share_without_variants\": %.6f,\n  \"cooperative_launches\": %llu,\n"
                   "  \"graph_launches\": %llu,\n"
                   "  \"preemption_latency_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
-                  "\"max\": %.3f},\n  \"kernels\": [",
+                  "\"max\": %.3f},",
                Total / 1e6, Without / 1e6, Share, (unsigned long long)CooperativeLaunches.load(),
                (unsigned long long)GraphLaunches.load(), Lat.size(), Pct(0.5), Pct(0.99),
                Lat.empty() ? 0.0 : Lat.back());
+  std::fprintf(J,
+               "\n  \"scheduler\": {\"enabled\": %s, \"mps\": %s, \"hp_launches\": %llu, "
+               "\"hp_host_completions\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "
+               "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
+               "\"discarded\": %llu, \"profile_hits\": %llu, \"profile_misses\": %llu},\n"
+               "  \"kernels\": [",
+               Co.Usable ? "true" : "false", Co.Mps ? "true" : "false",
+               (unsigned long long)Co.HpLaunches.load(),
+               (unsigned long long)Co.HpHostCompletions.load(),
+               (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
+               Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
+               (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
+               (unsigned long long)Hits, (unsigned long long)Misses);
   for (size_t I = 0; I < Rows.size(); ++I) {
     const Row &R = Rows[I];
     std::fprintf(J,

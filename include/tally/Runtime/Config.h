@@ -17,6 +17,17 @@
 //   TALLY_PTB_WORKERS_PER_SM  at most this many PTB workers per SM (default:
 //                    as many as fit)
 //   TALLY_SLICE_BLOCKS  blocks per slice (default: one wave of the variant)
+//   TALLY_TURNAROUND_US  how long an arriving HP kernel may wait for BE
+//                    work (default 31.6): the profile-guided choice's target
+//   TALLY_IDLE_US    BE work starts or resumes after HP was idle this long
+//                    (default 100)
+//   TALLY_SILENCE_MS after this long without HP activity BE kernels run as
+//                    originals at full speed (default 100)
+//   TALLY_SHM_DIR    where the per-GPU segment lives (default /dev/shm)
+//   TALLY_SCHEDULE   0: no cross-process scheduling (default 1)
+//   TALLY_PROFILE_CACHE  0: do not read or write the profile cache (default 1)
+//   TALLY_CACHE_DIR  the profile cache's folder (default
+//                    $XDG_CACHE_HOME/tally or ~/.cache/tally)
 //   TALLY_DRIVER     the driver library to open (default libcuda.so.1)
 //   TALLY_DISABLE    1: pass every call through untouched
 //
@@ -49,6 +60,12 @@ struct Config {
   uint32_t PtbWorkersPerSM = 0; ///< 0: as many as fit (the occupancy)
   uint32_t SliceBlocks = 0; ///< 0: one wave
   std::string DriverPath = "libcuda.so.1";
+  double TurnaroundUs = 31.6;
+  uint64_t IdleUs = 100;
+  uint64_t SilenceMs = 100;
+  std::string ShmDir = "/dev/shm";
+  bool Schedule = true;
+  bool ProfileCache = true;
 
   /// Reads the settings through \p GetEnv (getenv, or a map in tests). On a
   /// bad value returns a config with Enabled = false and \p Error set.

@@ -59,6 +59,10 @@ public:
 
   CUresult launch(const LaunchArgs &A, PassThrough Original);
   void count(Counted What);
+  /// A launch that passes through untouched (cooperative, graph): counted;
+  /// announced to the other processes by an HP process, held while HP is
+  /// busy in a BE process.
+  CUresult otherLaunch(Counted What, CUstream S, bool PerThreadStream, PassThrough Original);
   void forgetModule(CUmodule M);
   void forgetLibrary(CUlibrary L);
   /// Before cuCtxDestroy: finishes the runtime's work in \p Ctx and drops

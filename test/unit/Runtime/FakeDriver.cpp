@@ -353,6 +353,31 @@ FAKE CUresult cuDeviceGetAttribute(int *V, CUdevice_attribute A, CUdevice) {
   *V = A == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? S().SMs : 0;
   return CUDA_SUCCESS;
 }
+FAKE CUresult cuDeviceGetUuid_v2(CUuuid *U, CUdevice) {
+  std::memset(U->bytes, 0xab, sizeof U->bytes);
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuMemHostRegister_v2(void *, size_t Bytes, unsigned Flags) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  log("hostregister bytes=" + std::to_string(Bytes) + " flags=" + std::to_string(Flags));
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *D, void *P, unsigned) {
+  *D = reinterpret_cast<CUdeviceptr>(P);
+  return CUDA_SUCCESS;
+}
+/// Runs at once (the fake's original kernels run when launched).
+FAKE CUresult cuStreamWriteValue64_v2(CUstream St, CUdeviceptr Addr, cuuint64_t V, unsigned) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  checkLive(St, "stream in writevalue64");
+  __atomic_store_n(reinterpret_cast<uint64_t *>(Addr), V, __ATOMIC_RELEASE);
+  log("writevalue64 stream=" + streamName(St) + " value=" + std::to_string(V));
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuLaunchHostFunc(CUstream, CUhostFn F, void *Data) {
+  F(Data);
+  return CUDA_SUCCESS;
+}
 FAKE CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *N, CUfunction, int, size_t) {
   *N = S().BlocksPerSM;
   return CUDA_SUCCESS;

@@ -12,14 +12,21 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tally/Runtime/Segment.h"
+
 #include <cuda.h>
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
+#include <chrono>
+#include <memory>
 #include <fstream>
+#include <thread>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -538,4 +545,112 @@ TEST(BadSetting, EverythingPassesThrough) {
   ASSERT_EQ(launchDirect(M.K, Out, 20), CUDA_SUCCESS);
   EXPECT_EQ(countPrefix("launch bad_setting grid=20x1x1"), 1u);
   expectEachBlockOnce(Out);
+}
+
+//===----------------------------------------------------------------------===//
+// Scheduling across processes (TALLY_SHM_DIR names a folder of the test's
+// own; the fake driver's GPU is GPU-abababab-...). The test process plays
+// the other process through its own Segment object.
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+const char *FakeGpu = "GPU-abababab-abab-abab-abab-abababababab";
+
+std::unique_ptr<tally::rt::Segment> otherProcess(tally::rt::SegPriority P) {
+  const char *Dir = std::getenv("TALLY_SHM_DIR");
+  EXPECT_NE(Dir, nullptr);
+  ::mkdir(Dir, 0700);
+  tally::rt::SegmentOptions O;
+  O.Dir = Dir;
+  O.Key = FakeGpu;
+  std::string W, E;
+  auto Seg = tally::rt::Segment::open(O, W, E);
+  EXPECT_TRUE(Seg) << E;
+  if (Seg)
+    EXPECT_TRUE(Seg->join(P, tally::rt::monotonicNs(), E)) << E;
+  return Seg;
+}
+
+/// Keeps \p Seg alive for \p Ms milliseconds (heartbeats every 10 ms), or
+/// until \p Until is true.
+void beAlive(tally::rt::Segment &Seg, int Ms, const std::atomic<bool> *Until = nullptr) {
+  for (int I = 0; I < Ms / 10 && !(Until && Until->load()); ++I) {
+    usleep(10000);
+    bool Rejoined = false;
+    Seg.heartbeat(tally::rt::monotonicNs(), Rejoined);
+  }
+}
+
+} // namespace
+
+// A best-effort process: while an HP process has work on the GPU, its
+// launches wait; once HP is done (and idle for the window) they go, and
+// every logical block runs once.
+TEST(ScheduleBe, HeldWhileHpIsActive) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  Module M("be_held");
+  std::vector<int> Out(40);
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 150);
+  EXPECT_FALSE(Returned.load()) << "a BE launch went while HP was active";
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 2000, &Returned);
+  T.join();
+  EXPECT_TRUE(Returned.load());
+  fake_sync();
+  expectEachBlockOnce(Out);
+  // Later launches, HP idle: they go at once (measuring the forms).
+  for (int I = 0; I < 20; ++I) {
+    std::vector<int> More(40);
+    ASSERT_EQ(launchDirect(M.K, More, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(More);
+  }
+}
+
+// An HP process killed in the middle of a request: its slot goes stale and
+// the BE process is not held by it.
+TEST(ScheduleBe, ADeadHpProcessDoesNotHoldIt) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Hp->hpLaunch(tally::rt::monotonicNs()); // never finished, no more heartbeats
+  Module M("be_dead_hp");
+  std::vector<int> Out(40);
+  auto T0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+  double Ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - T0)
+                  .count();
+  EXPECT_LT(Ms, 1000.0);
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
+
+// A high-priority process: launches go unchanged and at once; each is
+// counted in the segment before it and its completion is written by the
+// "GPU" into the segment after it.
+TEST(ScheduleHp, LaunchesAreAnnounced) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_announce");
+  fake_log_clear();
+  for (int I = 0; I < 3; ++I) {
+    std::vector<int> Out(16);
+    ASSERT_EQ(launchDirect(M.K, Out, 16), CUDA_SUCCESS);
+    expectEachBlockOnce(Out);
+  }
+  EXPECT_TRUE(hasLine("hostregister"));
+  EXPECT_TRUE(hasLine("writevalue64 stream=legacy value=1"));
+  EXPECT_TRUE(hasLine("writevalue64 stream=legacy value=3"));
+  EXPECT_FALSE(hasLine("__tally")) << "an HP launch ran a variant";
+  tally::rt::HpView V = Other->hpView(tally::rt::monotonicNs());
+  EXPECT_EQ(V.HpProcesses, 1u);
+  EXPECT_EQ(V.Arrivals, 3u);
+  EXPECT_FALSE(V.Active);
 }

@@ -11,10 +11,15 @@ set_target_properties(fakecuda PROPERTIES CXX_VISIBILITY_PRESET hidden)
 
 add_executable(RuntimeTests RuntimeTest.cpp)
 target_include_directories(RuntimeTests SYSTEM PRIVATE ${TALLY_RT_CUDA_INCLUDE})
-target_link_libraries(RuntimeTests PRIVATE fakecuda GTest::gtest_main ${CMAKE_DL_LIBS})
+target_link_libraries(RuntimeTests PRIVATE fakecuda TallyRuntimeCore GTest::gtest_main
+                      ${CMAKE_DL_LIBS} pthread)
 add_dependencies(RuntimeTests tally-runtime)
 
-set(_rt_env "LD_PRELOAD=$<TARGET_FILE:tally-runtime>" "TALLY_DRIVER=$<TARGET_FILE:fakecuda>")
+# Each test's own segment folder and profile cache (never the user's).
+set(_rt_dir ${CMAKE_CURRENT_BINARY_DIR}/rt)
+file(MAKE_DIRECTORY ${_rt_dir}/shm)
+set(_rt_env "LD_PRELOAD=$<TARGET_FILE:tally-runtime>" "TALLY_DRIVER=$<TARGET_FILE:fakecuda>"
+    "TALLY_SHM_DIR=${_rt_dir}/shm" "TALLY_CACHE_DIR=${_rt_dir}/cache")
 if(TALLY_SANITIZE)
   # The sanitizer runtime lives in the executable; the preloaded library
   # resolves its symbols there.
@@ -45,3 +50,35 @@ set_tests_properties(runtime-bad-setting PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=fastest"
   PASS_REGULAR_EXPRESSION "bad value .fastest. for TALLY_FORCE"
   FAIL_REGULAR_EXPRESSION "FAILED")
+
+# Scheduling across processes: each with a segment folder of its own, so
+# tests running in parallel do not see each other's processes.
+# A BE process held while the test plays an active HP process; it measures
+# the forms of its kernel while HP is idle and saves them in its profile
+# cache; a second run of it reuses the cache (no measurements).
+add_test(NAME runtime-schedule-be-clean
+  COMMAND ${CMAKE_COMMAND} -E rm -rf ${_rt_dir}/cache-be ${_rt_dir}/be-stats.json
+          ${_rt_dir}/be-stats-again.json)
+set_tests_properties(runtime-schedule-be-clean PROPERTIES FIXTURES_SETUP runtime-be-clean)
+add_test(NAME runtime-schedule-be COMMAND RuntimeTests --gtest_filter=ScheduleBe.HeldWhileHpIsActive)
+set_tests_properties(runtime-schedule-be PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-be;TALLY_CACHE_DIR=${_rt_dir}/cache-be;TALLY_STATS=${_rt_dir}/be-stats.json"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD" FIXTURES_REQUIRED runtime-be-clean
+  FIXTURES_SETUP runtime-be-first)
+add_test(NAME runtime-schedule-be-again COMMAND RuntimeTests --gtest_filter=ScheduleBe.HeldWhileHpIsActive)
+set_tests_properties(runtime-schedule-be-again PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-be;TALLY_CACHE_DIR=${_rt_dir}/cache-be;TALLY_STATS=${_rt_dir}/be-stats-again.json"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD" FIXTURES_REQUIRED runtime-be-first
+  FIXTURES_SETUP runtime-be-second)
+add_test(NAME runtime-schedule-be-profile
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-schedule.py ${_rt_dir}/be-stats.json
+          ${_rt_dir}/cache-be ${_rt_dir}/be-stats-again.json)
+set_tests_properties(runtime-schedule-be-profile PROPERTIES FIXTURES_REQUIRED runtime-be-second)
+add_test(NAME runtime-schedule-dead-hp COMMAND RuntimeTests --gtest_filter=ScheduleBe.ADeadHpProcessDoesNotHoldIt)
+set_tests_properties(runtime-schedule-dead-hp PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-dead;TALLY_CACHE_DIR=${_rt_dir}/cache-dead"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-hp COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
+set_tests_properties(runtime-schedule-hp PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")

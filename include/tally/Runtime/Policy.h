@@ -1,0 +1,143 @@
+//===- Policy.h - when and how best-effort kernels run ----------*- C++ -*-===//
+//
+// The scheduler's decisions for a best-effort (BE) process, as plain code:
+// no driver calls, no threads, no clock of its own. The runtime feeds it
+// what it observes of the high-priority (HP) processes (the shared segment's
+// view, with the time of the observation) and asks it, per BE launch,
+// whether the launch may start and in which form; it reports back how long
+// each measured launch took. Tests drive it with a simulated clock.
+//
+// Rules (BRIEF.md section 3, improved):
+//  * No HP process, or none active for `SilenceNs` (default 100 ms): BE
+//    kernels run as originals at full speed (mode Free).
+//  * Otherwise (mode Guarded) a BE launch starts only when HP has been idle
+//    for `IdleWindowNs` (default 100 us): the launching thread is held until
+//    then. A running preemptible launch is told to leave as soon as HP is
+//    seen active (hpBusy), and resumed once HP has been idle for the window.
+//  * The form of a launch is profile-guided, per (kernel, grid, block,
+//    dynamic shared bytes): the candidate configurations (the original; PTB
+//    with a full, a half and a quarter wave of workers, and a full wave
+//    with chunks of 4; slices of one wave and of a quarter wave) are each
+//    measured `Repeats` times on real launches made while HP is idle (every
+//    form computes the same result, so measuring costs only the time a
+//    slower form takes); then the fastest candidate whose estimated
+//    turnaround (how long an arriving HP kernel waits for it) is within
+//    `TurnaroundUs` is chosen. If none is, the one with the shortest
+//    turnaround among those at most 1.5x slower than the fastest.
+//    Grids with fewer blocks than SMs get the same consideration (fewer
+//    PTB workers than blocks make them preemptible at some cost), where the
+//    original Tally always ran them whole.
+//
+// Turnaround estimates from a measured time T of a launch of N blocks:
+// original T (it cannot be stopped); PTB with W workers claiming C blocks
+// at a time: C * T * W / N (a worker finishes its claim before it leaves);
+// slices of S blocks: T / ceil(N / S) (one slice).
+//
+//===----------------------------------------------------------------------===//
+#ifndef TALLY_RUNTIME_POLICY_H
+#define TALLY_RUNTIME_POLICY_H
+
+#include "tally/Runtime/Config.h"
+#include "tally/Runtime/ProfileCache.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tally::rt {
+
+struct PolicyConfig {
+  double TurnaroundUs = 31.6;
+  uint64_t IdleWindowNs = 100'000;
+  uint64_t SilenceNs = 100'000'000;
+  unsigned Repeats = 2; ///< measurements of each candidate before choosing
+};
+
+/// What the HP processes look like at one instant (from the segment).
+struct HpObservation {
+  unsigned HpProcesses = 0;
+  bool Active = false;
+  uint64_t Arrivals = 0; ///< grows with every HP launch
+};
+
+/// A BE launch as the policy sees it.
+struct LaunchShape {
+  ProfileKey Key;
+  uint64_t Blocks = 0;
+  bool HasPtb = false, HasSlice = false;
+  int PtbPerSM = 0;   ///< PTB variant's blocks per SM at this shape (0: does not fit)
+  int SlicePerSM = 0; ///< sliced variant's blocks per SM at this shape
+  int SMs = 0;
+};
+
+/// One configuration of a launch.
+struct Choice {
+  Form F = Form::Original;
+  uint32_t Workers = 0;     ///< PTB: total workers
+  uint32_t Chunk = 1;       ///< PTB: blocks per claim
+  uint32_t SliceBlocks = 0; ///< slices: blocks per slice
+  /// Being measured: time the launch and report it with measured().
+  bool Measuring = false;
+  /// The candidate's token in the profile cache ("original", "ptb:w=264,c=1",
+  /// "slice:b=528").
+  std::string name() const;
+  bool operator==(const Choice &O) const {
+    return F == O.F && Workers == O.Workers && Chunk == O.Chunk && SliceBlocks == O.SliceBlocks;
+  }
+};
+
+class Policy {
+public:
+  enum class Mode { Free, Guarded };
+
+  explicit Policy(PolicyConfig C = {}, ProfileCache *Cache = nullptr) : Cfg(C), Cache(Cache) {}
+
+  /// A fresh view of the HP processes at time \p Now (ns, monotonic).
+  void observe(uint64_t Now, const HpObservation &O);
+  Mode mode(uint64_t Now) const;
+  /// HP is active, or was less than the idle window ago: BE must not start
+  /// work and running preemptible work must leave.
+  bool hpBusy(uint64_t Now) const;
+  /// When HP was last seen active (0: never).
+  uint64_t lastHpActivity() const { return LastActive; }
+  uint64_t arrivals() const { return Arrivals; }
+
+  /// The candidates for \p S, original first.
+  static std::vector<Choice> candidates(const LaunchShape &S);
+  /// The form for a launch of shape \p S in Guarded mode: the next candidate
+  /// that still needs a measurement, else the profile's choice.
+  Choice choose(const LaunchShape &S);
+  /// A measured launch (made while HP stayed idle) of \p C took \p Ns.
+  void measured(const LaunchShape &S, const Choice &C, uint64_t Ns);
+  /// Estimated turnaround in us of \p C for \p S when it takes \p Ns.
+  static double turnaroundUs(const LaunchShape &S, const Choice &C, uint64_t Ns);
+
+  /// Choices made from a complete profile, and launches that were
+  /// measurements (for the statistics).
+  uint64_t profileHits() const { return Hits; }
+  uint64_t profileMisses() const { return Misses; }
+  const PolicyConfig &config() const { return Cfg; }
+
+private:
+  struct Measurement {
+    uint32_t Count = 0;
+    uint64_t BestNs = 0;
+  };
+  Measurement lookup(const ProfileKey &K, const std::string &Name) const;
+
+  PolicyConfig Cfg;
+  ProfileCache *Cache;
+  /// Measurements of this process (also recorded into Cache when given).
+  std::map<std::pair<ProfileKey, std::string>, Measurement> Local;
+  /// Decisions made from complete profiles.
+  std::map<ProfileKey, Choice> Decided;
+  bool Present = false, Active = false;
+  uint64_t LastActive = 0, Arrivals = 0;
+  bool SeenArrivals = false;
+  uint64_t Hits = 0, Misses = 0;
+};
+
+} // namespace tally::rt
+
+#endif

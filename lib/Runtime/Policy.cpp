@@ -1,0 +1,188 @@
+//===- Policy.cpp - when and how best-effort kernels run ------------------===//
+//
+// See Policy.h. Plain code over observations and measurements; the runtime
+// (Scheduler.cpp) does the driver calls.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tally/Runtime/Policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tally::rt {
+
+std::string Choice::name() const {
+  switch (F) {
+  case Form::Original:
+    return "original";
+  case Form::Ptb:
+    return "ptb:w=" + std::to_string(Workers) + ",c=" + std::to_string(Chunk);
+  case Form::Slice:
+    return "slice:b=" + std::to_string(SliceBlocks);
+  }
+  return "original";
+}
+
+void Policy::observe(uint64_t Now, const HpObservation &O) {
+  Present = O.HpProcesses > 0;
+  // An arrival is a launch counted since the last look, or HP work still
+  // running now. Arrivals of processes that went away make the sum shrink:
+  // only growth counts.
+  bool Arrived = SeenArrivals && O.Arrivals > Arrivals;
+  Active = O.Active;
+  if (O.Active || Arrived)
+    LastActive = std::max(LastActive, Now);
+  Arrivals = O.Arrivals;
+  SeenArrivals = true;
+}
+
+Policy::Mode Policy::mode(uint64_t Now) const {
+  if (!Present && !Active)
+    return Mode::Free;
+  if (LastActive == 0 || Now > LastActive + Cfg.SilenceNs)
+    return Active ? Mode::Guarded : Mode::Free;
+  return Mode::Guarded;
+}
+
+bool Policy::hpBusy(uint64_t Now) const {
+  return Active || (LastActive != 0 && Now < LastActive + Cfg.IdleWindowNs);
+}
+
+std::vector<Choice> Policy::candidates(const LaunchShape &S) {
+  std::vector<Choice> Out;
+  Out.push_back(Choice{});
+  if (S.Blocks == 0 || S.SMs <= 0)
+    return Out;
+  if (S.HasPtb && S.PtbPerSM > 0) {
+    uint64_t Full = std::min<uint64_t>(S.Blocks, uint64_t(S.PtbPerSM) * S.SMs);
+    std::vector<uint64_t> Ws = {Full, (Full + 1) / 2, (Full + 3) / 4};
+    for (size_t I = 0; I < Ws.size(); ++I) {
+      uint64_t W = std::max<uint64_t>(1, Ws[I]);
+      bool Dup = false;
+      for (const Choice &C : Out)
+        Dup |= C.F == Form::Ptb && C.Workers == W && C.Chunk == 1;
+      if (Dup)
+        continue;
+      Choice C;
+      C.F = Form::Ptb;
+      C.Workers = static_cast<uint32_t>(W);
+      Out.push_back(C);
+      // Chunks of 4 on the full wave: fewer claims for short blocks.
+      if (I == 0 && S.Blocks >= 4 * W) {
+        C.Chunk = 4;
+        Out.push_back(C);
+      }
+    }
+  }
+  if (S.HasSlice && S.SlicePerSM > 0) {
+    uint64_t Wave = uint64_t(S.SlicePerSM) * S.SMs;
+    for (uint64_t B : {Wave, (Wave + 3) / 4}) {
+      B = std::max<uint64_t>(1, B);
+      if (B >= S.Blocks)
+        continue; // one slice is the whole grid: no preemption point
+      bool Dup = false;
+      for (const Choice &C : Out)
+        Dup |= C.F == Form::Slice && C.SliceBlocks == B;
+      if (Dup)
+        continue;
+      Choice C;
+      C.F = Form::Slice;
+      C.SliceBlocks = static_cast<uint32_t>(B);
+      Out.push_back(C);
+    }
+  }
+  return Out;
+}
+
+double Policy::turnaroundUs(const LaunchShape &S, const Choice &C, uint64_t Ns) {
+  double T = double(Ns) / 1000.0;
+  if (S.Blocks == 0)
+    return T;
+  double N = double(S.Blocks);
+  switch (C.F) {
+  case Form::Original:
+    return T;
+  case Form::Ptb:
+    return std::min(T, double(C.Chunk) * T * double(std::max<uint32_t>(C.Workers, 1)) / N);
+  case Form::Slice:
+    return T / std::ceil(N / double(std::max<uint32_t>(C.SliceBlocks, 1)));
+  }
+  return T;
+}
+
+Policy::Measurement Policy::lookup(const ProfileKey &K, const std::string &Name) const {
+  Measurement M;
+  if (Cache) {
+    if (const std::vector<ProfileEntry> *E = Cache->lookup(K))
+      for (const ProfileEntry &P : *E)
+        if (P.Candidate == Name) {
+          M.Count = P.Count;
+          M.BestNs = P.BestNs;
+        }
+    return M;
+  }
+  auto It = Local.find({K, Name});
+  if (It != Local.end())
+    M = It->second;
+  return M;
+}
+
+Choice Policy::choose(const LaunchShape &S) {
+  auto D = Decided.find(S.Key);
+  if (D != Decided.end()) {
+    ++Hits;
+    return D->second;
+  }
+  std::vector<Choice> Cands = candidates(S);
+  std::vector<Measurement> Ms;
+  for (Choice &C : Cands) {
+    Ms.push_back(lookup(S.Key, C.name()));
+    if (Ms.back().Count < Cfg.Repeats) {
+      ++Misses;
+      C.Measuring = true;
+      return C;
+    }
+  }
+  // Every candidate measured: the fastest within the target, else the
+  // shortest turnaround among those at most 1.5x slower than the fastest.
+  size_t Best = Cands.size();
+  uint64_t Fastest = UINT64_MAX;
+  for (size_t I = 0; I < Cands.size(); ++I)
+    Fastest = std::min(Fastest, Ms[I].BestNs);
+  for (size_t I = 0; I < Cands.size(); ++I)
+    if (turnaroundUs(S, Cands[I], Ms[I].BestNs) <= Cfg.TurnaroundUs &&
+        (Best == Cands.size() || Ms[I].BestNs < Ms[Best].BestNs))
+      Best = I;
+  if (Best == Cands.size()) {
+    double BestTurn = 0;
+    for (size_t I = 0; I < Cands.size(); ++I) {
+      if (double(Ms[I].BestNs) > 1.5 * double(Fastest))
+        continue;
+      double Turn = turnaroundUs(S, Cands[I], Ms[I].BestNs);
+      if (Best == Cands.size() || Turn < BestTurn) {
+        Best = I;
+        BestTurn = Turn;
+      }
+    }
+  }
+  Choice C = Cands[Best];
+  Decided[S.Key] = C;
+  ++Hits;
+  return C;
+}
+
+void Policy::measured(const LaunchShape &S, const Choice &C, uint64_t Ns) {
+  if (Ns == 0)
+    return;
+  std::string Name = C.name();
+  if (Cache) {
+    Cache->record(S.Key, Name, Ns);
+  } else {
+    Measurement &M = Local[{S.Key, Name}];
+    M.BestNs = M.Count ? std::min(M.BestNs, Ns) : Ns;
+    ++M.Count;
+  }
+}
+
+} // namespace tally::rt

@@ -1,0 +1,482 @@
+//===- Scheduler.cpp - best-effort kernels around high-priority ones ------===//
+//
+// Across processes on one GPU (docs/runtime.md, "Scheduling"):
+//
+//  * Every process joins the GPU's shared segment (Segment.h) at its first
+//    launch, with its priority; a runtime thread keeps its heartbeat.
+//  * HP processes launch unchanged and at once. Before each launch they
+//    count it in their slot (a few atomics); right after it, the GPU writes
+//    the launch's sequence number into the slot's completion word
+//    (cuStreamWriteValue64 on the launch's stream, into the segment mapped
+//    for the device with cuMemHostRegister): no host round trip.
+//  * BE processes ask the policy (Policy.h) at each launch. Free mode (no
+//    HP activity for the silence window): the original runs at full speed.
+//    Guarded mode: the launch is held until HP has been idle for the idle
+//    window and the previous BE launch has ended, then runs in the form the
+//    profile chose; a PTB launch is watched by the runtime thread, which
+//    raises its flag as soon as HP is seen active and resumes it once HP
+//    is idle again; slices are issued one at a time, each after the last
+//    ended and HP is idle.
+//
+// The policy is plain code; everything here is the mechanism around it.
+// Whatever fails (no segment, no device identity, a driver call) leaves the
+// process running as without the scheduler, with one warning.
+//
+//===----------------------------------------------------------------------===//
+
+#include "RuntimeImpl.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace tally::rt {
+
+namespace {
+/// The device's UUID as the segment's key ("GPU-xxxxxxxx-xxxx-...").
+std::string uuidKey(const DriverTable &D, CUdevice Dev) {
+  if (!D.cuDeviceGetUuid)
+    return "";
+  CUuuid U;
+  if (D.cuDeviceGetUuid(&U, Dev) != CUDA_SUCCESS)
+    return "";
+  static const char *Hex = "0123456789abcdef";
+  std::string K = "GPU-";
+  for (int I = 0; I < 16; ++I) {
+    unsigned char B = static_cast<unsigned char>(U.bytes[I]);
+    K += Hex[B >> 4];
+    K += Hex[B & 15];
+    if (I == 3 || I == 5 || I == 7 || I == 9)
+      K += '-';
+  }
+  return K;
+}
+
+/// Is an MPS control daemon answering for this user? (Its pipe directory
+/// holds the control socket.)
+bool mpsRunning() {
+  const char *Dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  std::string P = std::string(Dir && *Dir ? Dir : "/tmp/nvidia-mps") + "/control";
+  struct stat St;
+  return ::stat(P.c_str(), &St) == 0 && (S_ISSOCK(St.st_mode) || S_ISFIFO(St.st_mode));
+}
+
+void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+} // namespace
+
+void Runtime::Impl::coordinate(ContextState &C) {
+  std::call_once(Co.Once, [&] {
+    if (!Cfg.Schedule || Cfg.RandomPreemptions)
+      return; // random preemption is a correctness check on its own
+    std::string Key = uuidKey(D, C.Dev);
+    if (Key.empty()) {
+      logf(LogLevel::Warn, "cannot tell which GPU this is (cuDeviceGetUuid); no scheduling "
+                           "across processes");
+      return;
+    }
+    SegmentOptions O;
+    O.Dir = Cfg.ShmDir;
+    O.Key = Key;
+    std::string Warning, Error;
+    Co.Seg = Segment::open(O, Warning, Error);
+    if (!Warning.empty())
+      logf(LogLevel::Warn, "%s", Warning.c_str());
+    if (!Co.Seg) {
+      logf(LogLevel::Warn, "no scheduling across processes: %s", Error.c_str());
+      return;
+    }
+    SegPriority P = Cfg.Prio == Priority::High ? SegPriority::High : SegPriority::BestEffort;
+    if (!Co.Seg->join(P, monotonicNs(), Error)) {
+      logf(LogLevel::Warn, "no scheduling across processes: %s", Error.c_str());
+      Co.Seg.reset();
+      return;
+    }
+    if (Cfg.Prio == Priority::High) {
+      // The GPU writes each launch's completion into the segment.
+      void *Base = Co.Seg->mappingBase();
+      CUdeviceptr Dev = 0;
+      if (D.cuMemHostRegister && D.cuMemHostGetDevicePointer && D.cuStreamWriteValue64 &&
+          D.cuMemHostRegister(Base, Co.Seg->mappingBytes(),
+                              CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) ==
+              CUDA_SUCCESS &&
+          D.cuMemHostGetDevicePointer(&Dev, Base, 0) == CUDA_SUCCESS) {
+        Co.FinishedDev =
+            Dev + (reinterpret_cast<char *>(Co.Seg->finishedWord()) - static_cast<char *>(Base));
+        Co.GpuWrites = true;
+      } else {
+        logf(LogLevel::Info, "HP completions are reported from the host (no GPU-mapped segment)");
+      }
+    } else {
+      PolicyConfig PC;
+      PC.TurnaroundUs = Cfg.TurnaroundUs;
+      PC.IdleWindowNs = Cfg.IdleUs * 1000;
+      PC.SilenceNs = Cfg.SilenceMs * 1000000;
+      if (Cfg.ProfileCache) {
+        std::string Dir = ProfileCache::defaultDir([](const char *N) -> const char * {
+          return std::getenv(N);
+        });
+        if (!Dir.empty()) {
+          Co.Cache = std::make_unique<ProfileCache>(ProfileCache::pathFor(Dir, Key));
+          std::string W;
+          if (!Co.Cache->load(W) || !W.empty())
+            logf(LogLevel::Warn, "profile cache %s: %s", Co.Cache->path().c_str(), W.c_str());
+        }
+      }
+      Co.Pol = std::make_unique<Policy>(PC, Co.Cache.get());
+    }
+    Co.Mps = mpsRunning();
+    if (Co.Mps)
+      logf(LogLevel::Info, "MPS is running: HP and BE kernels share the GPU side by side; an "
+                           "arriving HP kernel waits for the running BE blocks to leave");
+    else
+      logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
+                           "waits for the BE context's time slice (hundreds of microseconds); "
+                           "'tally mps start' runs MPS");
+    Co.Heart = std::thread([this] { heartbeatLoop(); });
+    Co.Usable = true;
+    logf(LogLevel::Info, "joined %s as %s", Co.Seg->path().c_str(),
+         Cfg.Prio == Priority::High ? "high priority" : "best effort");
+  });
+}
+
+void Runtime::Impl::heartbeatLoop() {
+  std::unique_lock<std::mutex> G(Co.HeartMu);
+  while (!Co.HeartStop) {
+    Co.HeartCv.wait_for(G, std::chrono::milliseconds(10));
+    if (Co.HeartStop)
+      break;
+    bool Rejoined = false;
+    if (!Co.Seg->heartbeat(monotonicNs(), Rejoined))
+      logf(LogLevel::Warn, "lost this process's slot in %s", Co.Seg->path().c_str());
+    else if (Rejoined)
+      logf(LogLevel::Info, "this process's slot in %s was reclaimed (stalled?); joined again",
+           Co.Seg->path().c_str());
+  }
+}
+
+void Runtime::Impl::stopCoordination() {
+  if (!Co.Usable)
+    return;
+  {
+    std::lock_guard<std::mutex> G(Co.HeartMu);
+    Co.HeartStop = true;
+  }
+  Co.HeartCv.notify_all();
+  if (Co.Heart.joinable())
+    Co.Heart.join();
+  {
+    std::lock_guard<std::mutex> G(Co.BeMu);
+    finishMeasurement();
+  }
+  if (Co.Cache && Co.Cache->dirty()) {
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    std::string Error;
+    if (!Co.Cache->save(Error))
+      logf(LogLevel::Warn, "cannot save the profile cache: %s", Error.c_str());
+  }
+  // Leaving frees the slot at once (the others need not wait for it to go
+  // stale). The HP completion word may still be written by launches in
+  // flight: the mapping stays (it is registered), only the slot is freed.
+  Co.Seg->leave();
+}
+
+HpObservation Runtime::Impl::observeHp(uint64_t Now) {
+  HpView V = Co.Seg->hpView(Now);
+  HpObservation O;
+  O.HpProcesses = V.HpProcesses;
+  O.Active = V.Active;
+  O.Arrivals = V.Arrivals;
+  return O;
+}
+
+//===----------------------------------------------------------------------===//
+// High priority
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct HostCompletion {
+  Segment *Seg;
+  uint64_t Seq;
+};
+void CUDA_CB hostCompleted(void *P) {
+  auto *H = static_cast<HostCompletion *>(P);
+  H->Seg->hpFinished(H->Seq);
+  delete H;
+}
+} // namespace
+
+CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C,
+                                 CUstream S, bool Capturing) {
+  (void)A;
+  if (C)
+    coordinate(*C);
+  // A launch captured into a graph runs later, maybe many times: it is not
+  // announced (a completion written from a graph would be stale).
+  if (!Co.Usable || Capturing)
+    return Original();
+  uint64_t Seq = Co.Seg->hpLaunch(monotonicNs());
+  CUresult R = Original();
+  Co.HpLaunches.fetch_add(1, std::memory_order_relaxed);
+  if (R == CUDA_SUCCESS && Co.GpuWrites &&
+      D.cuStreamWriteValue64(S, Co.FinishedDev, Seq, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+          CUDA_SUCCESS)
+    return R;
+  if (R == CUDA_SUCCESS && D.cuLaunchHostFunc) {
+    auto *H = new HostCompletion{Co.Seg.get(), Seq};
+    if (D.cuLaunchHostFunc(S, hostCompleted, H) == CUDA_SUCCESS) {
+      Co.HpHostCompletions.fetch_add(1, std::memory_order_relaxed);
+      return R;
+    }
+    delete H;
+  }
+  // Cannot tell when it ends: count it done now (the arrival still shows).
+  Co.Seg->hpFinished(Seq);
+  return R;
+}
+
+//===----------------------------------------------------------------------===//
+// Best effort
+//===----------------------------------------------------------------------===//
+
+/// Holds the calling thread until the previous BE launch has ended and HP
+/// has been idle for the idle window. Never forever: a dead HP process's
+/// activity stops counting once its heartbeat is stale.
+void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
+  uint64_t Start = 0;
+  for (unsigned Spin = 0;; ++Spin) {
+    bool Busy = false;
+    if (C.BeDoneRecorded) {
+      CUresult Q = D.cuEventQuery(C.BeDone);
+      if (Q == CUDA_ERROR_NOT_READY)
+        Busy = true;
+      else
+        C.BeDoneRecorded = false;
+    }
+    if (!Busy) {
+      uint64_t Now = monotonicNs();
+      std::lock_guard<std::mutex> G(Co.PolMu);
+      Co.Pol->observe(Now, observeHp(Now));
+      Busy = Co.Pol->mode(Now) == Policy::Mode::Guarded && Co.Pol->hpBusy(Now);
+      if (Busy && !Start) {
+        Start = Now;
+        Co.Holds.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (!Busy)
+      break;
+    if (Shut.load(std::memory_order_relaxed))
+      break; // exiting: finish the program's work
+    if (Spin < 200)
+      cpuRelax();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+  }
+  if (Start)
+    Co.HeldNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
+}
+
+/// The measured launch (if any) has ended: its time goes to the profile
+/// when HP stayed away while it ran. Called with BeMu held.
+void Runtime::Impl::finishMeasurement() {
+  PendingMeasure &M = Co.Measure;
+  if (!M.Active)
+    return;
+  M.Active = false;
+  ContextState &C = *M.C;
+  if (C.Dead.load(std::memory_order_acquire) || D.cuEventSynchronize(C.BeDone) != CUDA_SUCCESS)
+    return;
+  float Ms = 0;
+  if (D.cuEventElapsedTime(&Ms, C.BeStart, C.BeDone) != CUDA_SUCCESS || Ms <= 0)
+    return;
+  uint64_t Now = monotonicNs();
+  std::lock_guard<std::mutex> G(Co.PolMu);
+  Co.Pol->observe(Now, observeHp(Now));
+  if (Co.Pol->arrivals() != M.Arrivals ||
+      Co.Preemptions.load(std::memory_order_relaxed) != M.Preemptions) {
+    Co.Discarded.fetch_add(1, std::memory_order_relaxed);
+    return; // HP came by: the time says nothing about the form alone
+  }
+  Co.Pol->measured(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6));
+  Co.Measured.fetch_add(1, std::memory_order_relaxed);
+}
+
+CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
+                                 ContextState &C, CUstream S, Form &F) {
+  std::lock_guard<std::mutex> BeLock(Co.BeMu);
+  uint64_t Now = monotonicNs();
+  Policy::Mode Mode;
+  {
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    Co.Pol->observe(Now, observeHp(Now));
+    Mode = Co.Pol->mode(Now);
+  }
+  if (Mode == Policy::Mode::Free && !Cfg.Forced) {
+    // No HP work to protect: the original, at full speed, untracked.
+    Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
+    F = Form::Original;
+    return Original();
+  }
+  // One BE launch at a time, each after HP has been idle for the window.
+  holdWhileHpBusy(C);
+  finishMeasurement();
+  if (!C.BeStart || !C.BeDone) {
+    RelaxedCaptureGuard Relax(D);
+    if (!C.BeStart && D.cuEventCreate(&C.BeStart, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+      C.BeStart = nullptr;
+    if (!C.BeDone && D.cuEventCreate(&C.BeDone, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
+      C.BeDone = nullptr;
+    if (!C.BeStart || !C.BeDone) {
+      F = Form::Original;
+      return Original();
+    }
+  }
+  Choice Pick;
+  bool Decided = false;
+  if (Cfg.Forced) {
+    F = choose(K, A);
+  } else if (!K.hasVariants() || A.OriginalOnly || K.Disabled.load(std::memory_order_relaxed)) {
+    F = Form::Original;
+  } else {
+    LaunchShape Sh;
+    Sh.Key.Kernel = K.ProfileName.empty() ? K.Name : K.ProfileName;
+    for (int I = 0; I < 3; ++I) {
+      Sh.Key.Grid[I] = A.Grid[I];
+      Sh.Key.Block[I] = A.Block[I];
+    }
+    Sh.Key.Shared = A.SharedBytes;
+    Sh.Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
+    Sh.HasPtb = K.Ptb && PtbUsable;
+    Sh.HasSlice = K.Slice.has_value();
+    Sh.PtbPerSM = Sh.HasPtb ? workersPerSM(C, K.PtbFn, K.IsLibraryKernel, A) : 0;
+    Sh.SlicePerSM = Sh.HasSlice ? workersPerSM(C, K.SliceFn, K.IsLibraryKernel, A) : 0;
+    Sh.SMs = C.SMs;
+    if (Sh.Blocks == 0 || Sh.Blocks > UINT32_MAX) {
+      F = Form::Original;
+    } else {
+      std::lock_guard<std::mutex> G(Co.PolMu);
+      Pick = Co.Pol->choose(Sh);
+      F = Pick.F;
+      Decided = true;
+      if (Pick.Measuring) {
+        Co.Measure.Active = true;
+        Co.Measure.C = &C;
+        Co.Measure.Shape = Sh;
+        Co.Measure.Pick = Pick;
+        Co.Measure.Arrivals = Co.Pol->arrivals();
+        Co.Measure.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
+      }
+    }
+  }
+  bool Timed = Co.Measure.Active;
+  if (Timed && D.cuEventRecord(C.BeStart, S) != CUDA_SUCCESS)
+    Co.Measure.Active = Timed = false;
+  CUresult R = CUDA_SUCCESS;
+  bool Done = false;
+  if (F == Form::Ptb)
+    Done = launchPtb(K, A, C, S, R, Decided ? &Pick : nullptr, /*Scheduled=*/true);
+  else if (F == Form::Slice)
+    Done = launchSliced(K, A, C, S, R, Decided ? &Pick : nullptr, /*Paced=*/true);
+  if (!Done) {
+    if (F != Form::Original)
+      K.Fallbacks.fetch_add(1, std::memory_order_relaxed);
+    F = Form::Original;
+    R = Original();
+  }
+  if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)
+    C.BeDoneRecorded = true;
+  else
+    Co.Measure.Active = false;
+  if (R != CUDA_SUCCESS)
+    Co.Measure.Active = false;
+  return R;
+}
+
+//===----------------------------------------------------------------------===//
+// The runtime thread's part: preempting a PTB launch when HP arrives
+//===----------------------------------------------------------------------===//
+
+void Runtime::Impl::scheduled(PtbLaunch &L) {
+  using Clock = std::chrono::steady_clock;
+  ContextState &C = *L.C;
+  if (C.Dead.load(std::memory_order_acquire) || D.cuCtxSetCurrent(C.Ctx) != CUDA_SUCCESS)
+    return;
+  while (true) {
+    // Watch until the launch ends on its own or HP shows up.
+    bool Raise = false;
+    for (unsigned Spin = 0;; ++Spin) {
+      if (C.Dead.load(std::memory_order_acquire))
+        return; // destroyed behind the runtime's back: nothing to watch
+      CUresult Q = D.cuEventQuery(L.End);
+      if (Q != CUDA_ERROR_NOT_READY)
+        return; // ended with every block done (or the context is gone)
+      uint64_t Now = monotonicNs();
+      {
+        std::lock_guard<std::mutex> G(Co.PolMu);
+        Co.Pol->observe(Now, observeHp(Now));
+        Raise = Co.Pol->hpBusy(Now);
+      }
+      if (Raise)
+        break;
+      if ((Spin & 255) == 255)
+        std::this_thread::yield();
+      else
+        cpuRelax();
+    }
+    // Raise the flag, ordered after the (re)launch's clear of the block.
+    auto Raised = Clock::now();
+    if (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||
+        D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
+            CUDA_SUCCESS)
+      return; // not raised: it completes on its own
+    bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
+    if (!waitEvent(L.End))
+      return;
+    double LatencyUs = std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
+    if (!FlagTracked ? D.cuStreamSynchronize(C.Signal) != CUDA_SUCCESS : !waitEvent(L.Flag))
+      return;
+    uint32_t Done = 0;
+    if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
+        D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
+      Done = 0;
+    if (Done >= L.Blocks)
+      return; // finished before the flag was seen
+    L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
+    Co.Preemptions.fetch_add(1, std::memory_order_relaxed);
+    Co.Seg->addPreemption();
+    PreemptLatencyUs.push_back(LatencyUs);
+    // Resume once HP has been idle for the window (at exit: at once).
+    for (unsigned Spin = 0;; ++Spin) {
+      uint64_t Now = monotonicNs();
+      bool Busy;
+      {
+        std::lock_guard<std::mutex> G(Co.PolMu);
+        Co.Pol->observe(Now, observeHp(Now));
+        Busy = Co.Pol->hpBusy(Now);
+      }
+      if (!Busy || Shut.load(std::memory_order_relaxed))
+        break;
+      if (Spin < 2000)
+        cpuRelax();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
+    bool Resumed = false;
+    for (int Try = 0; Try < 3 && !Resumed; ++Try)
+      Resumed = resume(L);
+    if (!Resumed) {
+      logf(LogLevel::Error,
+           "kernel %s: %u of %u logical blocks did not run; releasing its stream",
+           L.K->Name.c_str(), L.Blocks - Done, L.Blocks);
+      D.cuStreamWriteValue32(C.Signal, L.Ctrl + 8, L.Blocks, CU_STREAM_WRITE_VALUE_DEFAULT);
+      return;
+    }
+  }
+}
+
+} // namespace tally::rt

@@ -1,0 +1,338 @@
+//===- PolicyTest.cpp - the BE scheduling policy on a simulated clock -----===//
+//
+// The policy is driven here as the runtime drives it: observations of the
+// HP processes at given times (nanoseconds of a simulated clock), launch
+// shapes, and measured times. Nothing here sleeps or touches a GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tally/Runtime/Policy.h"
+
+#include "gtest/gtest.h"
+
+#include <cstdlib>
+#include <random>
+#include <unistd.h>
+
+using namespace tally::rt;
+
+namespace {
+
+constexpr uint64_t Us = 1000, Ms = 1000 * Us;
+
+HpObservation hp(unsigned Procs, bool Active, uint64_t Arrivals) {
+  HpObservation O;
+  O.HpProcesses = Procs;
+  O.Active = Active;
+  O.Arrivals = Arrivals;
+  return O;
+}
+
+LaunchShape shape(const char *Name, uint64_t Blocks, int PtbPerSM = 2, int SlicePerSM = 4) {
+  LaunchShape S;
+  S.Key.Kernel = Name;
+  S.Key.Grid[0] = static_cast<uint32_t>(Blocks);
+  S.Key.Block[0] = 256;
+  S.Blocks = Blocks;
+  S.HasPtb = PtbPerSM > 0;
+  S.HasSlice = SlicePerSM > 0;
+  S.PtbPerSM = PtbPerSM;
+  S.SlicePerSM = SlicePerSM;
+  S.SMs = 132;
+  return S;
+}
+
+/// Measures every candidate of \p S with the times \p TimeOf gives, as
+/// the runtime would: choose(), launch, measured(); until a choice is no
+/// longer a measurement. Returns that choice.
+template <typename F> Choice profile(Policy &P, const LaunchShape &S, F TimeOf) {
+  for (int I = 0; I < 100; ++I) {
+    Choice C = P.choose(S);
+    if (!C.Measuring)
+      return C;
+    P.measured(S, C, TimeOf(C));
+  }
+  ADD_FAILURE() << "the policy never stopped measuring";
+  return Choice{};
+}
+
+//===----------------------------------------------------------------------===//
+// Modes and the idle window
+//===----------------------------------------------------------------------===//
+
+TEST(PolicyModes, FreeWithoutHpProcesses) {
+  Policy P;
+  P.observe(1 * Ms, hp(0, false, 0));
+  EXPECT_EQ(P.mode(1 * Ms), Policy::Mode::Free);
+  EXPECT_FALSE(P.hpBusy(1 * Ms));
+}
+
+TEST(PolicyModes, GuardedWhileHpIsActiveThenFreeAfterTheSilence) {
+  Policy P; // idle window 100 us, silence 100 ms
+  P.observe(10 * Ms, hp(1, false, 0));
+  // An HP process that never launched: nothing to protect yet.
+  EXPECT_EQ(P.mode(10 * Ms), Policy::Mode::Free);
+  P.observe(20 * Ms, hp(1, true, 1));
+  EXPECT_EQ(P.mode(20 * Ms), Policy::Mode::Guarded);
+  EXPECT_TRUE(P.hpBusy(20 * Ms));
+  P.observe(20 * Ms + 50 * Us, hp(1, false, 1));
+  // Done, but within the idle window of the last time it was seen active.
+  EXPECT_TRUE(P.hpBusy(20 * Ms + 60 * Us));
+  EXPECT_TRUE(P.hpBusy(20 * Ms + 99 * Us));
+  EXPECT_FALSE(P.hpBusy(20 * Ms + 101 * Us));
+  EXPECT_EQ(P.mode(20 * Ms + 101 * Us), Policy::Mode::Guarded);
+  EXPECT_EQ(P.mode(119 * Ms), Policy::Mode::Guarded);
+  EXPECT_EQ(P.mode(121 * Ms), Policy::Mode::Free);
+}
+
+TEST(PolicyModes, ArrivalsBetweenLooksCountAsActivity) {
+  Policy P;
+  P.observe(1 * Ms, hp(1, false, 5));
+  // A short HP kernel started and finished between two observations: the
+  // counter moved, so HP was there.
+  P.observe(2 * Ms, hp(1, false, 6));
+  EXPECT_TRUE(P.hpBusy(2 * Ms + 10 * Us));
+  EXPECT_EQ(P.lastHpActivity(), 2 * Ms);
+  // The same count again: nothing new.
+  P.observe(3 * Ms, hp(1, false, 6));
+  EXPECT_FALSE(P.hpBusy(3 * Ms));
+}
+
+TEST(PolicyModes, AShrinkingSumIsNoArrival) {
+  Policy P;
+  P.observe(1 * Ms, hp(2, false, 100));
+  // One of two HP processes went away: the sum drops.
+  P.observe(2 * Ms, hp(1, false, 40));
+  EXPECT_FALSE(P.hpBusy(2 * Ms));
+  P.observe(3 * Ms, hp(1, false, 41));
+  EXPECT_TRUE(P.hpBusy(3 * Ms));
+}
+
+TEST(PolicyModes, ADeadHpProcessReleasesBestEffortWork) {
+  Policy P;
+  P.observe(1 * Ms, hp(1, true, 3));
+  EXPECT_TRUE(P.hpBusy(1 * Ms + 500 * Us));
+  // Its slot went stale (killed in the middle of a request): the segment
+  // no longer counts it, and BE work may go on.
+  P.observe(1 * Ms + 60 * Us, hp(0, false, 0));
+  EXPECT_EQ(P.mode(1 * Ms + 200 * Us), Policy::Mode::Free);
+}
+
+TEST(PolicyModes, CustomWindows) {
+  PolicyConfig C;
+  C.IdleWindowNs = 1 * Ms;
+  C.SilenceNs = 5 * Ms;
+  Policy P(C);
+  P.observe(10 * Ms, hp(1, true, 1));
+  P.observe(10 * Ms + 1, hp(1, false, 1));
+  EXPECT_TRUE(P.hpBusy(10 * Ms + 900 * Us));
+  EXPECT_FALSE(P.hpBusy(11 * Ms + 1 * Us));
+  EXPECT_EQ(P.mode(14 * Ms), Policy::Mode::Guarded);
+  EXPECT_EQ(P.mode(16 * Ms), Policy::Mode::Free);
+}
+
+//===----------------------------------------------------------------------===//
+// Candidates and turnaround estimates
+//===----------------------------------------------------------------------===//
+
+TEST(PolicyCandidates, AllFormsForALargeGrid) {
+  LaunchShape S = shape("k", 10000, /*PtbPerSM=*/2, /*SlicePerSM=*/4);
+  std::vector<Choice> C = Policy::candidates(S);
+  std::vector<std::string> Names;
+  for (const Choice &X : C)
+    Names.push_back(X.name());
+  EXPECT_EQ(Names, (std::vector<std::string>{"original", "ptb:w=264,c=1", "ptb:w=264,c=4",
+                                             "ptb:w=132,c=1", "ptb:w=66,c=1", "slice:b=528",
+                                             "slice:b=132"}));
+}
+
+TEST(PolicyCandidates, GridsSmallerThanTheGpuGetFewerWorkers) {
+  // 40 blocks on 132 SMs: the original always ran these whole.
+  LaunchShape S = shape("small", 40, 2, 4);
+  std::vector<std::string> Names;
+  for (const Choice &X : Policy::candidates(S))
+    Names.push_back(X.name());
+  EXPECT_EQ(Names, (std::vector<std::string>{"original", "ptb:w=40,c=1", "ptb:w=20,c=1",
+                                             "ptb:w=10,c=1"}));
+}
+
+TEST(PolicyCandidates, OnlyWhatTheKernelHas) {
+  LaunchShape S = shape("noptb", 10000, 0, 4);
+  for (const Choice &X : Policy::candidates(S))
+    EXPECT_NE(X.F, Form::Ptb);
+  S = shape("none", 10000, 0, 0);
+  EXPECT_EQ(Policy::candidates(S).size(), 1u);
+  S = shape("nofit", 10000, 0, 0);
+  S.HasPtb = true; // has the variant but it does not fit this block shape
+  EXPECT_EQ(Policy::candidates(S).size(), 1u);
+}
+
+TEST(PolicyCandidates, TurnaroundEstimates) {
+  LaunchShape S = shape("k", 1000);
+  Choice O;
+  EXPECT_DOUBLE_EQ(Policy::turnaroundUs(S, O, 500 * Us), 500.0);
+  Choice P;
+  P.F = Form::Ptb;
+  P.Workers = 100;
+  P.Chunk = 1;
+  // 10 blocks per worker: a tenth of the time.
+  EXPECT_DOUBLE_EQ(Policy::turnaroundUs(S, P, 500 * Us), 50.0);
+  P.Chunk = 4;
+  EXPECT_DOUBLE_EQ(Policy::turnaroundUs(S, P, 500 * Us), 200.0);
+  Choice Sl;
+  Sl.F = Form::Slice;
+  Sl.SliceBlocks = 300; // 4 slices
+  EXPECT_DOUBLE_EQ(Policy::turnaroundUs(S, Sl, 500 * Us), 125.0);
+}
+
+//===----------------------------------------------------------------------===//
+// Profile-guided choice
+//===----------------------------------------------------------------------===//
+
+TEST(PolicyChoice, EveryCandidateIsMeasuredRepeatsTimesFirst) {
+  Policy P;
+  LaunchShape S = shape("k", 10000);
+  std::map<std::string, int> Seen;
+  Choice C = profile(P, S, [&](const Choice &X) {
+    ++Seen[X.name()];
+    return 1000 * Us;
+  });
+  EXPECT_EQ(Seen.size(), Policy::candidates(S).size());
+  for (auto &[Name, N] : Seen)
+    EXPECT_EQ(N, 2) << Name;
+  EXPECT_EQ(P.profileMisses(), 14u);
+  EXPECT_FALSE(C.Measuring);
+  // Then the choice is remembered.
+  EXPECT_EQ(P.choose(S), C);
+  EXPECT_EQ(P.profileHits(), 2u);
+}
+
+TEST(PolicyChoice, FastestWithinTheTarget) {
+  Policy P; // target 31.6 us
+  LaunchShape S = shape("k", 10000);
+  // Original 1 ms (turnaround 1 ms); PTB full wave: 1.02 ms, turnaround
+  // 1.02 ms * 264 / 10000 = 27 us; chunks of 4: 1.00 ms but 106 us; half a
+  // wave: 1.1 ms, 14.5 us; slices: slower.
+  auto Time = [](const Choice &C) -> uint64_t {
+    if (C.F == Form::Original)
+      return 1000 * Us;
+    if (C.F == Form::Slice)
+      return 1300 * Us;
+    if (C.Chunk == 4)
+      return 1000 * Us;
+    return C.Workers == 264 ? 1020 * Us : 1100 * Us;
+  };
+  Choice C = profile(P, S, Time);
+  EXPECT_EQ(C.name(), "ptb:w=264,c=1");
+}
+
+TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {
+  Policy P;
+  LaunchShape S = shape("short", 1000);
+  // 20 us in all: within the target as it is, and fastest.
+  Choice C = profile(P, S, [](const Choice &X) -> uint64_t {
+    return X.F == Form::Original ? 20 * Us : 24 * Us;
+  });
+  EXPECT_EQ(C.F, Form::Original);
+}
+
+TEST(PolicyChoice, NoneWithinTheTarget) {
+  Policy P;
+  // 40 blocks of 1 ms each, one wave: nothing gets under 31.6 us; the
+  // shortest turnaround among candidates at most 1.5x slower than the
+  // fastest. PTB with 20 workers: 2 ms, turnaround 1 ms; 10 workers: 4 ms
+  // (too slow).
+  LaunchShape S = shape("long", 40);
+  Choice C = profile(P, S, [](const Choice &X) -> uint64_t {
+    if (X.F == Form::Original)
+      return 1400 * Us;
+    return uint64_t(1400) * Us * 40 / X.Workers;
+  });
+  // 1.5x of 1.4 ms is 2.1 ms: ptb:w=20 (2.8 ms) is out; ptb:w=40 equals the
+  // original's time and turnaround; the original comes first.
+  EXPECT_EQ(C.F, Form::Original);
+  Policy P2;
+  C = profile(P2, S, [](const Choice &X) -> uint64_t {
+    if (X.F == Form::Original)
+      return 1400 * Us;
+    return X.Workers == 20 ? 2000 * Us : 1400 * Us * 40 / X.Workers;
+  });
+  EXPECT_EQ(C.name(), "ptb:w=20,c=1");
+}
+
+TEST(PolicyChoice, ShapesAreProfiledApart) {
+  Policy P;
+  LaunchShape A = shape("k", 10000), B = shape("k", 20000);
+  profile(P, A, [](const Choice &) { return 100 * Us; });
+  Choice C = P.choose(B);
+  EXPECT_TRUE(C.Measuring);
+}
+
+TEST(PolicyChoice, TheProfileCacheIsReusedByALaterProcess) {
+  char Dir[] = "/tmp/tally-policy-XXXXXX";
+  ASSERT_NE(mkdtemp(Dir), nullptr);
+  std::string Path = ProfileCache::pathFor(Dir, "GPU-test");
+  LaunchShape S = shape("gemm@0123abcd", 10000);
+  auto Time = [](const Choice &C) -> uint64_t {
+    return C.F == Form::Ptb && C.Workers == 264 && C.Chunk == 1 ? 1010 * Us : 1500 * Us;
+  };
+  Choice First;
+  {
+    ProfileCache Cache(Path);
+    std::string W, E;
+    ASSERT_TRUE(Cache.load(W)) << W;
+    Policy P(PolicyConfig{}, &Cache);
+    First = profile(P, S, Time);
+    EXPECT_GT(P.profileMisses(), 0u);
+    ASSERT_TRUE(Cache.save(E)) << E;
+  }
+  {
+    ProfileCache Cache(Path);
+    std::string W;
+    ASSERT_TRUE(Cache.load(W)) << W;
+    Policy P(PolicyConfig{}, &Cache);
+    Choice C = P.choose(S);
+    EXPECT_FALSE(C.Measuring);
+    EXPECT_EQ(C, First);
+    EXPECT_EQ(P.profileMisses(), 0u);
+  }
+  std::string E;
+  ProfileCache::clear(Path, E);
+  rmdir(Dir);
+}
+
+//===----------------------------------------------------------------------===//
+// A simulated run: Poisson HP arrivals, a BE loop that obeys the policy
+//===----------------------------------------------------------------------===//
+
+TEST(PolicySimulation, BestEffortNeverStartsInsideTheIdleWindow) {
+  Policy P;
+  std::mt19937_64 Rng(7);
+  std::exponential_distribution<double> Gap(1.0 / 2000.0); // mean 2 ms between requests
+  uint64_t Now = 0, NextHp = 1 * Ms, HpEnd = 0, Arrivals = 0;
+  uint64_t BeStarts = 0, Violations = 0, BeBusyNs = 0;
+  const uint64_t Step = 5 * Us, End = 2000 * Ms;
+  while (Now < End) {
+    if (Now >= NextHp) {
+      ++Arrivals;
+      HpEnd = Now + 80 * Us; // each request keeps HP busy 80 us
+      NextHp = Now + static_cast<uint64_t>(Gap(Rng) * Us);
+    }
+    bool Active = Now < HpEnd;
+    P.observe(Now, hp(1, Active, Arrivals));
+    if (!P.hpBusy(Now) && P.mode(Now) == Policy::Mode::Guarded) {
+      ++BeStarts;
+      // The BE launch may start: HP must have been idle for the window.
+      if (Now < HpEnd + P.config().IdleWindowNs - Step)
+        ++Violations;
+      BeBusyNs += Step;
+    }
+    Now += Step;
+  }
+  EXPECT_EQ(Violations, 0u);
+  EXPECT_GT(BeStarts, 0u);
+  // HP busy 80 us + 100 us window per 2 ms: BE may run most of the time.
+  EXPECT_GT(double(BeBusyNs) / double(End), 0.8);
+}
+
+} // namespace

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Checks what runtime-schedule-be left: its statistics (the launch held
+while HP was active, form measurements made while HP was idle), the
+profile cache it wrote at exit (measurements of its kernel, by candidate),
+and the statistics of a second run over the same cache (no measuring: every
+choice from the cache)."""
+import glob
+import json
+import sys
+
+stats = json.load(open(sys.argv[1]))
+s = stats["scheduler"]
+assert s["enabled"], s
+assert s["holds"] >= 1, f"no launch was held: {s}"
+assert s["held_ms"] >= 100, f"held for {s['held_ms']} ms only: {s}"
+# 7 candidates for 40 blocks on the fake's 4 SMs, 2 measurements each.
+assert s["measured"] == 14, f"measurements: {s}"
+assert s["profile_misses"] == 14, s
+files = glob.glob(sys.argv[2] + "/profile-GPU-abababab-*.v1")
+assert len(files) == 1, files
+text = open(files[0]).read()
+lines = [l for l in text.splitlines()[1:] if l.startswith("be_held@")]
+cands = {l.split("\t")[4] for l in lines}
+assert cands == {"original", "ptb:w=8,c=1", "ptb:w=8,c=4", "ptb:w=4,c=1", "ptb:w=2,c=1",
+                 "slice:b=8", "slice:b=2"}, cands
+again = json.load(open(sys.argv[3]))["scheduler"]
+assert again["profile_misses"] == 0 and again["measured"] == 0, f"cache not reused: {again}"
+assert again["profile_hits"] == 21, again
+print(f"ok: held {s['holds']}x ({s['held_ms']:.1f} ms), {s['measured']} measurements, "
+      f"cache candidates {sorted(cands)}")
