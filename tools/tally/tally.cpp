@@ -1,17 +1,26 @@
 //===- tally.cpp - start a program under the Tally runtime ----------------===//
 //
 //   tally run [options] -- CMD ARGS...
+//   tally mps start|stop|status
+//   tally profile show|clear [--gpu UUID]
 //
-// Sets LD_PRELOAD to libtally.so (found beside this executable, in
+// `run` sets LD_PRELOAD to libtally.so (found beside this executable, in
 // ../lib/, or given with --lib) and the TALLY_* variables the options
 // stand for, then executes CMD. The runtime reads the same variables, so
 // `LD_PRELOAD=libtally.so TALLY_FORCE=ptb ./app` does the same by hand.
 //
 //===----------------------------------------------------------------------===//
 
+#include "tally/Runtime/ProfileCache.h"
+
 #include <CLI/CLI.hpp>
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <iostream>
 
 #include <climits>
 #include <cstdio>
@@ -61,9 +70,174 @@ const char *Variables =
     "  TALLY_PTB_CHUNK    logical blocks a PTB worker claims at once\n"
     "  TALLY_PTB_WORKERS_PER_SM  at most this many PTB workers per SM\n"
     "  TALLY_SLICE_BLOCKS blocks per slice (default: one wave)\n"
+    "  TALLY_TURNAROUND_US  how long an arriving HP kernel may wait (default 31.6)\n"
+    "  TALLY_IDLE_US      BE work resumes after HP was idle this long (default 100)\n"
+    "  TALLY_SILENCE_MS   after this long without HP activity, BE kernels run as\n"
+    "                     originals at full speed (default 100)\n"
+    "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
+    "  TALLY_SCHEDULE     0: no scheduling across processes\n"
+    "  TALLY_PROFILE_CACHE  0: do not read or write the profile cache\n"
+    "  TALLY_CACHE_DIR    the profile cache's folder (default ~/.cache/tally)\n"
     "  TALLY_DRIVER       the CUDA driver library (default libcuda.so.1)\n"
     "  TALLY_DISABLE      1: the runtime passes every call through\n"
     "  TALLY_LIBRARY      where `tally run` finds libtally.so\n";
+
+/// The MPS daemon's folders: the user's settings, else NVIDIA's default
+/// pipe folder (so clients need no setting) and a log folder a user may
+/// write.
+std::string mpsPipeDir() {
+  const char *D = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  return D && *D ? D : "/tmp/nvidia-mps";
+}
+std::string mpsLogDir() {
+  const char *D = std::getenv("CUDA_MPS_LOG_DIRECTORY");
+  return D && *D ? D : "/tmp/nvidia-mps-log";
+}
+
+/// Runs nvidia-cuda-mps-control with \p Args, \p Input on its standard input
+/// ("" for none). Returns its exit status (127: not found).
+int mpsControl(const std::vector<std::string> &Args, const std::string &Input) {
+  setenv("CUDA_MPS_PIPE_DIRECTORY", mpsPipeDir().c_str(), 1);
+  setenv("CUDA_MPS_LOG_DIRECTORY", mpsLogDir().c_str(), 1);
+  int In[2];
+  if (pipe(In) != 0)
+    return 1;
+  pid_t P = fork();
+  if (P < 0)
+    return 1;
+  if (P == 0) {
+    dup2(In[0], 0);
+    close(In[0]);
+    close(In[1]);
+    std::vector<char *> A;
+    std::string Name = "nvidia-cuda-mps-control";
+    A.push_back(Name.data());
+    std::vector<std::string> Copy = Args;
+    for (std::string &X : Copy)
+      A.push_back(X.data());
+    A.push_back(nullptr);
+    execvp(A[0], A.data());
+    _exit(127);
+  }
+  close(In[0]);
+  if (!Input.empty() && write(In[1], Input.data(), Input.size()) < 0)
+    std::perror("tally: writing to nvidia-cuda-mps-control");
+  close(In[1]);
+  int St = 0;
+  waitpid(P, &St, 0);
+  return WIFEXITED(St) ? WEXITSTATUS(St) : 1;
+}
+
+bool mpsRunning() {
+  struct stat St;
+  std::string P = mpsPipeDir() + "/control";
+  return stat(P.c_str(), &St) == 0 && (S_ISSOCK(St.st_mode) || S_ISFIFO(St.st_mode));
+}
+
+int runMps(const std::string &Action) {
+  if (Action == "status") {
+    bool On = mpsRunning();
+    std::printf("MPS control daemon: %s (pipe folder %s, log folder %s)\n",
+                On ? "running" : "not running", mpsPipeDir().c_str(), mpsLogDir().c_str());
+    if (On)
+      std::printf("HP and BE processes of this user share the GPU side by side: an arriving HP\n"
+                  "kernel waits only for the running BE blocks to leave.\n");
+    else
+      std::printf("Without MPS the GPU time-slices between processes: an arriving HP kernel\n"
+                  "also waits for the BE process's time slice (hundreds of microseconds).\n");
+    return On ? 0 : 3;
+  }
+  if (Action == "start") {
+    if (mpsRunning()) {
+      std::printf("MPS control daemon already running (pipe folder %s)\n", mpsPipeDir().c_str());
+      return 0;
+    }
+    for (const std::string &D : {mpsPipeDir(), mpsLogDir()})
+      if (mkdir(D.c_str(), 0700) != 0 && errno != EEXIST) {
+        std::fprintf(stderr, "tally: error: cannot create %s: %s\n", D.c_str(), std::strerror(errno));
+        return 1;
+      }
+    int R = mpsControl({"-d"}, "");
+    if (R == 127) {
+      std::fprintf(stderr, "tally: error: nvidia-cuda-mps-control not found on PATH\n");
+      return 1;
+    }
+    for (int I = 0; I < 50 && !mpsRunning(); ++I)
+      usleep(100000);
+    if (R != 0 || !mpsRunning()) {
+      std::fprintf(stderr, "tally: error: the MPS control daemon did not start (exit %d; see %s)\n",
+                   R, mpsLogDir().c_str());
+      return 1;
+    }
+    std::printf("MPS control daemon started (pipe folder %s, log folder %s)\n",
+                mpsPipeDir().c_str(), mpsLogDir().c_str());
+    if (mpsPipeDir() != "/tmp/nvidia-mps")
+      std::printf("clients need CUDA_MPS_PIPE_DIRECTORY=%s\n", mpsPipeDir().c_str());
+    return 0;
+  }
+  // stop
+  if (!mpsRunning()) {
+    std::printf("MPS control daemon not running\n");
+    return 0;
+  }
+  int R = mpsControl({}, "quit\n");
+  for (int I = 0; I < 50 && mpsRunning(); ++I)
+    usleep(100000);
+  if (R != 0 || mpsRunning()) {
+    std::fprintf(stderr, "tally: error: the MPS control daemon did not stop (exit %d)\n", R);
+    return 1;
+  }
+  std::printf("MPS control daemon stopped\n");
+  return 0;
+}
+
+int runProfile(const std::string &Action, const std::string &Gpu) {
+  std::string Dir = tally::rt::ProfileCache::defaultDir(
+      [](const char *N) -> const char * { return std::getenv(N); });
+  if (Dir.empty()) {
+    std::fprintf(stderr, "tally: error: no cache folder (set TALLY_CACHE_DIR or HOME)\n");
+    return 1;
+  }
+  std::vector<std::string> Files;
+  if (DIR *D = opendir(Dir.c_str())) {
+    while (dirent *E = readdir(D)) {
+      std::string N = E->d_name;
+      if (N.rfind("profile-", 0) == 0 && N.size() > 3 && N.compare(N.size() - 3, 3, ".v1") == 0 &&
+          (Gpu.empty() || N.find(Gpu) != std::string::npos))
+        Files.push_back(Dir + "/" + N);
+    }
+    closedir(D);
+  }
+  if (Files.empty()) {
+    std::printf("no profile cache in %s%s\n", Dir.c_str(),
+                Gpu.empty() ? "" : (" for " + Gpu).c_str());
+    return 0;
+  }
+  int Status = 0;
+  for (const std::string &F : Files) {
+    if (Action == "clear") {
+      std::string Error;
+      if (!tally::rt::ProfileCache::clear(F, Error)) {
+        std::fprintf(stderr, "tally: error: %s\n", Error.c_str());
+        Status = 1;
+      } else {
+        std::printf("removed %s\n", F.c_str());
+      }
+      continue;
+    }
+    tally::rt::ProfileCache C(F);
+    std::string Warning;
+    bool Ok = C.load(Warning);
+    std::printf("%s: %zu launch shapes\n", F.c_str(), C.keys());
+    if (!Warning.empty())
+      std::printf("  warning: %s\n", Warning.c_str());
+    if (!Ok)
+      Status = 1;
+    C.print(std::cout);
+    std::cout.flush();
+  }
+  return Status;
+}
 
 } // namespace
 
@@ -87,7 +261,7 @@ int main(int Argc, char **Argv) {
       ->capture_default_str();
   Run->add_option("--force", Force,
                   "run every kernel that has the variant in this form (original, slice, ptb); "
-                  "without it the runtime decides (this version: the original)")
+                  "without it the scheduler decides (best-effort processes), or the original runs")
       ->check(CLI::IsMember({"original", "slice", "ptb"}));
   Run->add_option("--preempt", Preempt,
                   "random:N: preempt each PTB launch at up to N random points and resume it "
@@ -111,14 +285,69 @@ int main(int Argc, char **Argv) {
       ->check(CLI::Range(1u, 1024u));
   Run->add_option("--slice-blocks", SliceBlocks, "blocks per slice (default: one wave)")
       ->check(CLI::Range(1u, UINT_MAX));
+  std::string Turnaround, ShmDir;
+  unsigned IdleUs = 0, SilenceMs = 0;
+  bool NoCache = false, NoSchedule = false;
+  Run->add_option("--turnaround-us", Turnaround,
+                  "best-effort: how long an arriving HP kernel may wait for the running BE "
+                  "kernel (default 31.6 us): the profile-guided choice of form aims at it");
+  Run->add_option("--idle-us", IdleUs,
+                  "best-effort: start or resume BE work once HP has been idle this long "
+                  "(default 100)")
+      ->check(CLI::Range(0u, 10000000u));
+  Run->add_option("--silence-ms", SilenceMs,
+                  "best-effort: after this long without HP activity, BE kernels run as "
+                  "originals at full speed (default 100)")
+      ->check(CLI::Range(1u, 3600000u));
+  Run->add_option("--shm-dir", ShmDir,
+                  "folder of the per-GPU segment the processes share (default /dev/shm; "
+                  "containers must share it)");
+  Run->add_flag("--no-profile-cache", NoCache,
+                "do not read or write the profile cache (measure afresh, keep nothing)");
+  Run->add_flag("--no-schedule", NoSchedule,
+                "no scheduling across processes (only --force and --preempt act)");
   Run->add_option("--lib", Lib, "libtally.so to load (default: ../lib/libtally.so beside tally)");
   Run->add_option("command", Cmd, "the program and its arguments (after --)")->required();
   Run->footer(Variables);
+
+  CLI::App *Mps = App.add_subcommand(
+      "mps", "start, stop or check NVIDIA's MPS control daemon for this user's GPUs (HP "
+             "latency in microseconds needs MPS); uses CUDA_MPS_PIPE_DIRECTORY (default "
+             "/tmp/nvidia-mps) and CUDA_MPS_LOG_DIRECTORY (default /tmp/nvidia-mps-log)");
+  std::string MpsAction;
+  Mps->add_option("action", MpsAction, "start | stop | status (exit 3: not running)")
+      ->required()
+      ->check(CLI::IsMember({"start", "stop", "status"}));
+  CLI::App *Prof = App.add_subcommand(
+      "profile", "show or clear the profile cache: measured times of each kernel's forms per "
+                 "launch shape, per GPU (docs/profile-cache.md)");
+  std::string ProfAction, ProfGpu;
+  Prof->add_option("action", ProfAction, "show | clear")
+      ->required()
+      ->check(CLI::IsMember({"show", "clear"}));
+  Prof->add_option("--gpu", ProfGpu, "only the cache of the GPU whose UUID contains this");
 
   try {
     App.parse(Argc, Argv);
   } catch (const CLI::ParseError &E) {
     return App.exit(E);
+  }
+  if (*Mps)
+    return runMps(MpsAction);
+  if (*Prof)
+    return runProfile(ProfAction, ProfGpu);
+  if (!Turnaround.empty()) {
+    char *End = nullptr;
+    double T = std::strtod(Turnaround.c_str(), &End);
+    size_t Dot = Turnaround.find('.');
+    if (!End || *End || !(T > 0) || T > 1e6 ||
+        (Dot != std::string::npos && Turnaround.size() - Dot - 1 != 1)) {
+      std::fprintf(stderr,
+                   "tally: error: --turnaround-us expects microseconds with one decimal at "
+                   "most (e.g. 31.6), not '%s'\n",
+                   Turnaround.c_str());
+      return 1;
+    }
   }
 
   std::string Library = findLibrary(Lib);
@@ -160,6 +389,16 @@ int main(int Argc, char **Argv) {
     Set("TALLY_SLICE_BLOCKS", std::to_string(SliceBlocks));
   if (WorkersPerSM)
     Set("TALLY_PTB_WORKERS_PER_SM", std::to_string(WorkersPerSM));
+  Set("TALLY_TURNAROUND_US", Turnaround);
+  if (Run->count("--idle-us"))
+    Set("TALLY_IDLE_US", std::to_string(IdleUs));
+  if (SilenceMs)
+    Set("TALLY_SILENCE_MS", std::to_string(SilenceMs));
+  Set("TALLY_SHM_DIR", ShmDir);
+  if (NoCache)
+    Set("TALLY_PROFILE_CACHE", "0");
+  if (NoSchedule)
+    Set("TALLY_SCHEDULE", "0");
 
   std::vector<char *> Args;
   for (std::string &A : Cmd)
