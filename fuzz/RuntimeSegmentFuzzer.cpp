@@ -48,7 +48,9 @@ bool modelHeaderOk(const uint8_t *B, size_t Size) {
          readAt<uint32_t>(B, 32) == 1;
 }
 
-size_t slotAt(unsigned I) { return seg::HeaderBytes + size_t(I) * seg::SlotBytes; }
+size_t slotAt(unsigned I) {
+  return seg::HeaderBytes + size_t(I) * seg::SlotBytes;
+}
 
 bool modelValid(const uint8_t *B, size_t Size) {
   if (Size < seg::TotalBytes || !modelHeaderOk(B, Size))
@@ -69,8 +71,8 @@ HpView modelView(const uint8_t *B, size_t Size, uint64_t Now) {
     size_t S = slotAt(I);
     uint32_t Prio = readAt<uint32_t>(B, S + 4);
     uint64_t Hb = readAt<uint64_t>(B, S + 32);
-    bool Fresh = Hb <= Now ? Now - Hb <= StaleNs
-                           : Hb - Now <= seg::FutureSlackNs;
+    bool Fresh =
+        Hb <= Now ? Now - Hb <= StaleNs : Hb - Now <= seg::FutureSlackNs;
     if (readAt<uint32_t>(B, S) != 2 || Prio > 1 || !Fresh)
       continue;
     if (Prio == 1) {

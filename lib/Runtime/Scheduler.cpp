@@ -222,6 +222,8 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
     return Original();
   uint64_t Seq = Co.Seg->hpLaunch(monotonicNs());
   CUresult R = Original();
+  if (!Seq)
+    return R; // no slot right now (reclaimed while stalled): not announced
   Co.HpLaunches.fetch_add(1, std::memory_order_relaxed);
   if (R == CUDA_SUCCESS && Co.GpuWrites &&
       D.cuStreamWriteValue64(S, Co.FinishedDev, Seq, CU_STREAM_WRITE_VALUE_DEFAULT) ==

@@ -158,11 +158,11 @@ bool headerOk(const RawHeader &H, std::string *Why) {
   uint64_t TB = H.TotalBytes.load(std::memory_order_relaxed);
   if (HB != HeaderBytes || SC != SlotCount || SB != SlotBytes ||
       TB != TotalBytes)
-    return Fail("sizes " + std::to_string(HB) + "/" + std::to_string(SC) +
-                "x" + std::to_string(SB) + "/" + std::to_string(TB) +
-                ", expected " + std::to_string(HeaderBytes) + "/" +
-                std::to_string(SlotCount) + "x" + std::to_string(SlotBytes) +
-                "/" + std::to_string(TotalBytes));
+    return Fail("sizes " + std::to_string(HB) + "/" + std::to_string(SC) + "x" +
+                std::to_string(SB) + "/" + std::to_string(TB) + ", expected " +
+                std::to_string(HeaderBytes) + "/" + std::to_string(SlotCount) +
+                "x" + std::to_string(SlotBytes) + "/" +
+                std::to_string(TotalBytes));
   if (Ready != 1)
     return Fail("not ready (" + std::to_string(Ready) + ")");
   return true;
@@ -214,8 +214,8 @@ HpView viewOf(const unsigned char *Base, size_t Size, uint64_t NowNs,
     if (Started > Finished)
       V.Active = true;
     V.Arrivals += Started;
-    V.LastLaunchNs = std::max(
-        V.LastLaunchNs, S.LastLaunchNs.load(std::memory_order_relaxed));
+    V.LastLaunchNs = std::max(V.LastLaunchNs,
+                              S.LastLaunchNs.load(std::memory_order_relaxed));
   }
   return V;
 }
@@ -380,8 +380,8 @@ int openFile(const std::string &Path, std::string &Error) {
     int Fd = ::open(Path.c_str(), Flags | O_CREAT | O_EXCL, 0600);
     if (Fd >= 0) {
       if (fchmod(Fd, 0600) != 0) {
-        Error = "cannot set the mode of segment " + Path + ": " +
-                errnoText(errno);
+        Error =
+            "cannot set the mode of segment " + Path + ": " + errnoText(errno);
         ::close(Fd);
         return -1;
       }
@@ -549,8 +549,8 @@ std::unique_ptr<Segment> Segment::open(const SegmentOptions &O,
     initImage(S->Base);
   } else if (!headerOk(headerOf(S->Base), &Why)) {
     initImage(S->Base);
-    Warning = "segment " + S->Path + " was invalid (" + Why +
-              "); re-initialised";
+    Warning =
+        "segment " + S->Path + " was invalid (" + Why + "); re-initialised";
   } else {
     // Bad slots are freed one by one: the other processes keep theirs.
     unsigned Bad = 0;
@@ -676,8 +676,8 @@ bool Segment::join(SegPriority P, uint64_t NowNs, std::string &Error) {
   if (claim(P, NowNs, -1, 0) < 0) {
     reclaim(NowNs);
     if (claim(P, NowNs, -1, 0) < 0) {
-      Error = "all " + std::to_string(SlotCount) + " slots of segment " +
-              Path + " are taken";
+      Error = "all " + std::to_string(SlotCount) + " slots of segment " + Path +
+              " are taken";
       return false;
     }
   }
@@ -783,9 +783,9 @@ void Segment::hpFinished(uint64_t Seq) {
       Token.load(std::memory_order_acquire))
     return;
   uint64_t F = S.Finished.load(std::memory_order_relaxed);
-  while (F < Seq && !S.Finished.compare_exchange_weak(
-                        F, Seq, std::memory_order_release,
-                        std::memory_order_relaxed))
+  while (F < Seq &&
+         !S.Finished.compare_exchange_weak(F, Seq, std::memory_order_release,
+                                           std::memory_order_relaxed))
     ;
 }
 

@@ -1,4 +1,4 @@
-//===- Segment.h - the cross-process shared-memory segment -------*- C++ -*-===//
+//===- Segment.h - the cross-process shared-memory segment ------*- C++ -*-===//
 //
 // High-priority (HP, latency-critical) and best-effort (BE) processes on one
 // GPU coordinate through one shared-memory file per GPU and user,
@@ -131,9 +131,8 @@ public:
   /// symbolic link or not a regular file, is not owned by this uid, has a
   /// mode other than 0600, has an absurd size, or stays locked by another
   /// process for a second.
-  static std::unique_ptr<Segment> open(const SegmentOptions &O,
-                                       std::string &Warning,
-                                       std::string &Error);
+  static std::unique_ptr<Segment>
+  open(const SegmentOptions &O, std::string &Warning, std::string &Error);
   /// Leaves (frees this process's slot) and unmaps.
   ~Segment();
 
@@ -191,8 +190,9 @@ public:
 
 private:
   Segment() = default;
-  /// Claims a free slot (trying \p Preferred first); -1 when none is free.
-  int claim(SegPriority P, uint64_t NowNs, int Preferred, uint64_t Base);
+  /// Claims a free slot (trying \p Preferred first) whose sequence numbers
+  /// start above \p SeqBase; -1 when none is free.
+  int claim(SegPriority P, uint64_t NowNs, int Preferred, uint64_t SeqBase);
   /// Frees the dead and invalid slots other than this process's own.
   void reclaim(uint64_t NowNs);
   void leaveLocked();

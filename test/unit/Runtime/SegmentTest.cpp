@@ -38,10 +38,11 @@ constexpr uint64_t T0 = 1'000'000 * Ms; // an explicit clock, far from 0
 // Field offsets of the version 1 layout (Segment.h), for writing garbage.
 constexpr off_t VersionOff = 8, HeaderBytesOff = 12, SlotCountOff = 16,
                 SlotBytesOff = 20, TotalBytesOff = 24, ReadyOff = 32;
-constexpr off_t StateOff = 0, PriorityOff = 4, TokenOff = 24,
-                HeartbeatOff = 32;
+constexpr off_t StateOff = 0, PriorityOff = 4, TokenOff = 24, HeartbeatOff = 32;
 
-off_t slotOff(unsigned I) { return seg::HeaderBytes + off_t(I) * seg::SlotBytes; }
+off_t slotOff(unsigned I) {
+  return seg::HeaderBytes + off_t(I) * seg::SlotBytes;
+}
 
 class SegmentTest : public ::testing::Test {
 protected:
@@ -682,8 +683,7 @@ TEST_F(SegmentTest, AllSlotsTaken) {
     }
   }
   ASSERT_TRUE(Late->heartbeat(Later, Rejoined));
-  ASSERT_TRUE(Procs[17]->join(SegPriority::BestEffort, Later, Error))
-      << Error;
+  ASSERT_TRUE(Procs[17]->join(SegPriority::BestEffort, Later, Error)) << Error;
   EXPECT_EQ(slotOf(*Procs[17]), 40);
   EXPECT_FALSE(Procs[40]->heartbeat(Later, Rejoined));
   EXPECT_EQ(Procs[40]->finishedWord(), nullptr);
@@ -809,8 +809,7 @@ TEST_F(SegmentTest, RawImages) {
     std::memcpy(Buf.data() + Shift, Img.data(), Img.size());
     EXPECT_TRUE(validateSegmentImage(Buf.data() + Shift, Img.size(), Why))
         << Why;
-    HpView V = hpViewOfImage(Buf.data() + Shift, Img.size(), T0,
-                             Opts.StaleNs);
+    HpView V = hpViewOfImage(Buf.data() + Shift, Img.size(), T0, Opts.StaleNs);
     EXPECT_EQ(V.HpProcesses, Live.HpProcesses);
     EXPECT_EQ(V.Active, Live.Active);
     EXPECT_EQ(V.Arrivals, Live.Arrivals);
@@ -838,8 +837,7 @@ TEST_F(SegmentTest, RawImages) {
   std::memcpy(&Bad[Cut + PriorityOff], &Prio, 4);
   EXPECT_FALSE(validateSegmentImage(Bad.data(), Bad.size(), Why));
   EXPECT_EQ(Why, "slot " + std::to_string(ASlot) + ": priority 9");
-  EXPECT_EQ(hpViewOfImage(Bad.data(), Bad.size(), T0, Opts.StaleNs)
-                .HpProcesses,
+  EXPECT_EQ(hpViewOfImage(Bad.data(), Bad.size(), T0, Opts.StaleNs).HpProcesses,
             0u);
   Bad = Img;
   uint64_t Finished = 99;
@@ -852,8 +850,7 @@ TEST_F(SegmentTest, RawImages) {
   Bad[0] ^= 1;
   EXPECT_FALSE(validateSegmentImage(Bad.data(), Bad.size(), Why));
   EXPECT_EQ(Why, "bad magic");
-  EXPECT_EQ(hpViewOfImage(Bad.data(), Bad.size(), T0, Opts.StaleNs)
-                .HpProcesses,
+  EXPECT_EQ(hpViewOfImage(Bad.data(), Bad.size(), T0, Opts.StaleNs).HpProcesses,
             0u);
 }
 
