@@ -419,6 +419,11 @@ TEST(ContextGoneAtExit, TimingsAreNotRead) {
   ASSERT_EQ(launchDirect(M.K, Out, 24), CUDA_SUCCESS);
   fake_sync();
   expectEachBlockOnce(Out);
+  // The runtime thread is done with the launch (as after a synchronisation
+  // of a real program that then tears its context down).
+  for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+    usleep(1000);
+  usleep(20000);
   fake_destroy_context();
 }
 
