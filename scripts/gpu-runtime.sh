@@ -30,8 +30,9 @@ row() { rows+=("| $1 | $2 |"); }
 same() {
   local name=$1 ref=$2
   shift 3
-  (cd "$R" && "$@") >"$O/$name.txt" 2>"$O/$name.err"
+  (cd "$R" && timeout -k 5 120 "$@") >"$O/$name.txt" 2>"$O/$name.err"
   local rc=$?
+  [[ $rc -eq 124 ]] && echo "== $name: timed out after 120 s" >&2
   if [[ $rc -ne 0 ]]; then
     row "$name" "FAILED (exit $rc): $(tail -c 300 "$O/$name.err" | tr '\n' ' ')"
     fails=$((fails + 1))
@@ -76,7 +77,8 @@ EOF
 run_forms() {
   local name=$1 plain=$2 tallied=$3
   shift 3
-  (cd "$R" && $plain "$@") >"$O/$name-plain.txt" 2>"$O/$name-plain.err"
+  echo "== $name" >&2
+  (cd "$R" && timeout -k 5 120 $plain "$@") >"$O/$name-plain.txt" 2>"$O/$name-plain.err"
   local rc=$?
   if [[ $rc -ne 0 ]]; then
     row "$name-plain" "FAILED (exit $rc): $(tail -c 300 "$O/$name-plain.err" | tr '\n' ' ')"
@@ -99,6 +101,8 @@ run_forms() {
 }
 
 mkdir -p "$O"
+# The logs come back even when a step hangs and the round is cut off.
+trap 'tar czf "$OUT/runtime-logs.tgz" -C "$(dirname "$O")" runtime' EXIT
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -166,6 +170,6 @@ tar czf "$OUT/runtime-logs.tgz" -C "$(dirname "$O")" runtime
 echo
 echo "| runtime check | result |"
 echo "| --- | --- |"
-printf '%s\n' "${rows[@]}"
+printf '%s\n' "${rows[@]}" | tee "$OUT/runtime-summary.md"
 echo "runtime failures: $fails"
 exit $((fails != 0))

@@ -56,6 +56,15 @@ for b in runtime-launch-overhead runtime-forms; do
   nvcc -arch=sm_90a $R/obj/$b.tally.o -o $R/$b
 done
 cc -O1 -g -shared -fPIC scripts/debug/segv-backtrace.c -o $R/segv-backtrace.so
+# Co-location (scripts/gpu-colocate.sh): the HP service, the BE spinner
+# plain and transformed, the one-process stream-priority baseline.
+for b in hp-serve colocate-streams; do
+  nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/$b.cu -o $R/$b
+done
+nvcc -std=c++17 -arch=sm_90a -O2 -c benchmarks/gpu/be-spin.cu -o $R/obj/be-spin.o
+nvcc -arch=sm_90a $R/obj/be-spin.o -o $R/be-spin
+build/bin/tally-opt -q $R/obj/be-spin.o -o $R/obj/be-spin.tally.o --metadata $R/obj/be-spin.yaml
+nvcc -arch=sm_90a $R/obj/be-spin.tally.o -o $R/be-spin.tally
 # What the device does not need.
 rm -rf $R/obj/*.o $R/train-gpt-build $R/prefix/include $R/prefix/lib/cmake \
   $R/prefix/bin/tally-opt $R/prefix/lib/*.a

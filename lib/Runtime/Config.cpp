@@ -93,6 +93,14 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     if (std::strcmp(V, "1") != 0)
       C.StatsFile = V;
   }
+  if (const char *V = GetEnv("TALLY_STATS_TIMING"); V && *V) {
+    if (!std::strcmp(V, "0"))
+      C.StatsTiming = false;
+    else if (!std::strcmp(V, "1"))
+      C.StatsTiming = true;
+    else
+      return Fail("TALLY_STATS_TIMING", V, "0 or 1");
+  }
   if (const char *V = GetEnv("TALLY_PTB_CHUNK"); V && *V) {
     uint64_t N = 0;
     if (!parseUnsigned(V, 1u << 20, N) || N == 0)

@@ -527,7 +527,7 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   if (!Stream)
     Stream = A.PerThreadStream ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
   bool Capturing = false;
-  if (F != Form::Original || S.Cfg.Stats || Sched) {
+  if (F != Form::Original || (S.Cfg.Stats && S.Cfg.StatsTiming) || Sched) {
     CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult R = S.D.cuStreamIsCapturing ? S.D.cuStreamIsCapturing(Stream, &St)
                                          : CUDA_ERROR_NOT_SUPPORTED;
@@ -538,11 +538,14 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
     }
   }
   ContextState *C =
-      F != Form::Original || (Sched && !Capturing) || (S.Cfg.Stats && !Capturing) ? S.context()
+      F != Form::Original || (Sched && !Capturing) ||
+              (S.Cfg.Stats && S.Cfg.StatsTiming && !Capturing)
+          ? S.context()
                                                                                  : nullptr;
   if (!C)
     F = Form::Original;
-  Timing T = S.Cfg.Stats && C && !Capturing ? S.timingStart(C, Stream) : Timing{};
+  Timing T = S.Cfg.Stats && S.Cfg.StatsTiming && C && !Capturing ? S.timingStart(C, Stream)
+                                                                  : Timing{};
   CUresult R = CUDA_SUCCESS;
   bool Done = false;
   if (Sched && Hp && F == Form::Original) {

@@ -12,6 +12,8 @@
 //                    points and resume it (N 1..1000)
 //   TALLY_SEED       seed of the random preemption points (default 1)
 //   TALLY_STATS      1 (table on stderr at exit) or a file for the JSON too
+//   TALLY_STATS_TIMING  0: the statistics count launches but do not time
+//                    them (no events around each launch; default 1)
 //   TALLY_LOG_LEVEL  error | warn | info | debug (default warn)
 //   TALLY_PTB_CHUNK  logical blocks a PTB worker claims at once (default 1)
 //   TALLY_PTB_WORKERS_PER_SM  at most this many PTB workers per SM (default:
@@ -55,6 +57,7 @@ struct Config {
   uint64_t Seed = 1;
   bool Stats = false;
   std::string StatsFile; ///< JSON destination ("" = table only)
+  bool StatsTiming = true; ///< GPU time per kernel (two events per launch)
   LogLevel Level = LogLevel::Warn;
   uint32_t PtbChunk = 1;
   uint32_t PtbWorkersPerSM = 0; ///< 0: as many as fit (the occupancy)

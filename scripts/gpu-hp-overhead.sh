@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# gpu-hp-overhead.sh - what the runtime costs a latency-critical process:
+# hp-serve closed loop (back-to-back requests of one kernel of one wave of
+# 20 us blocks, host synchronised) plain and under `tally run
+# --priority=high` with the scheduler off, on (launches announced, GPU-written
+# completions) and on with timed statistics; three rounds, interleaved.
+# Usage: scripts/gpu-hp-overhead.sh [DIR]   (DIR default .carry/runtime)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+R=$(cd "${1:-.carry/runtime}" && pwd)
+T=$R/prefix/bin/tally
+export TALLY_SHM_DIR=$(mktemp -d)
+run() {
+  local name=$1
+  shift
+  "$@" "$R/hp-serve" --rate 0 --duration 2 --block-us "${BLOCK_US:-20}" 2>/dev/null |
+    awk -v n="$name" '/^hp: requests/ { printf "%-22s p50 %7s p99 %7s us", n, $8, $10 }
+                      /^hp: capacity/ { printf "  capacity %s req/s\n", $3 }'
+}
+for round in 1 2 3; do
+  run plain env
+  run tally-no-schedule "$T" run --priority=high --no-schedule --
+  run tally "$T" run --priority=high --
+  run tally-stats-timed "$T" run --priority=high --stats=/dev/null --
+done
