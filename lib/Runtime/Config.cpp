@@ -153,6 +153,16 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     else
       return Fail("TALLY_SCHEDULE", V, "0 or 1");
   }
+  if (const char *V = GetEnv("TALLY_HP_COMPLETION"); V && *V) {
+    if (!std::strcmp(V, "gpu"))
+      C.HpCompletion = CompletionPath::Gpu;
+    else if (!std::strcmp(V, "side"))
+      C.HpCompletion = CompletionPath::Side;
+    else if (!std::strcmp(V, "host"))
+      C.HpCompletion = CompletionPath::Host;
+    else
+      return Fail("TALLY_HP_COMPLETION", V, "gpu, side or host");
+  }
   if (const char *V = GetEnv("TALLY_PROFILE_CACHE"); V && *V) {
     if (!std::strcmp(V, "0"))
       C.ProfileCache = false;

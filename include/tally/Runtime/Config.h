@@ -27,6 +27,10 @@
 //                    originals at full speed (default 100)
 //   TALLY_SHM_DIR    where the per-GPU segment lives (default /dev/shm)
 //   TALLY_SCHEDULE   0: no cross-process scheduling (default 1)
+//   TALLY_HP_COMPLETION  gpu (default): the GPU writes each HP launch's end
+//                    into the segment from the launch's stream; side: from
+//                    a side stream behind an event; host: a host function
+//                    (for measurements)
 //   TALLY_PROFILE_CACHE  0: do not read or write the profile cache (default 1)
 //   TALLY_CACHE_DIR  the profile cache's folder (default
 //                    $XDG_CACHE_HOME/tally or ~/.cache/tally)
@@ -44,6 +48,8 @@ namespace tally::rt {
 
 enum class Priority { High, BestEffort };
 enum class Form { Original, Slice, Ptb };
+/// How an HP process reports the end of each launch to the others.
+enum class CompletionPath { Gpu, Side, Host };
 enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
 
 const char *formName(Form F);
@@ -69,6 +75,7 @@ struct Config {
   std::string ShmDir = "/dev/shm";
   bool Schedule = true;
   bool ProfileCache = true;
+  CompletionPath HpCompletion = CompletionPath::Gpu;
 
   /// Reads the settings through \p GetEnv (getenv, or a map in tests). On a
   /// bad value returns a config with Enabled = false and \p Error set.
