@@ -27,10 +27,10 @@
 //                    originals at full speed (default 100)
 //   TALLY_SHM_DIR    where the per-GPU segment lives (default /dev/shm)
 //   TALLY_SCHEDULE   0: no cross-process scheduling (default 1)
-//   TALLY_HP_COMPLETION  gpu (default): the GPU writes each HP launch's end
-//                    into the segment from the launch's stream; side: from
-//                    a side stream behind an event; host: a host function
-//                    (for measurements)
+//   TALLY_HP_COMPLETION  side (default): the GPU writes each HP launch's
+//                    end into the segment from a side stream behind an
+//                    event; gpu: from the launch's own stream; host: a host
+//                    function (for measurements)
 //   TALLY_PROFILE_CACHE  0: do not read or write the profile cache (default 1)
 //   TALLY_CACHE_DIR  the profile cache's folder (default
 //                    $XDG_CACHE_HOME/tally or ~/.cache/tally)
@@ -75,7 +75,7 @@ struct Config {
   std::string ShmDir = "/dev/shm";
   bool Schedule = true;
   bool ProfileCache = true;
-  CompletionPath HpCompletion = CompletionPath::Gpu;
+  CompletionPath HpCompletion = CompletionPath::Side;
 
   /// Reads the settings through \p GetEnv (getenv, or a map in tests). On a
   /// bad value returns a config with Enabled = false and \p Error set.

@@ -82,3 +82,7 @@ add_test(NAME runtime-schedule-hp COMMAND RuntimeTests --gtest_filter=ScheduleHp
 set_tests_properties(runtime-schedule-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-hp-own-stream COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
+set_tests_properties(runtime-schedule-hp-own-stream PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp2;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=gpu"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
