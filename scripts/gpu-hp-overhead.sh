@@ -18,7 +18,7 @@ run() {
   local name=$1
   shift
   "$@" "$R/hp-serve" --rate 0 --duration 2 --block-us "${BLOCK_US:-20}" 2>/dev/null |
-    awk -v n="$name" '/^hp: requests/ { printf "%-22s p50 %7s p99 %7s us", n, $8, $10 }
+    awk -v n="$name" '/^hp: requests/ { printf "%-22s p50 %7s p99 %7s us", n, $7, $9 }
                       /^hp: capacity/ { printf "  capacity %s req/s\n", $3 }'
 }
 for round in 1 2 3; do

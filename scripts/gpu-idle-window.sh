@@ -18,7 +18,7 @@ for idle in "$@"; do
   sleep 2
   s=$(date +%s.%N)
   "$T" run --priority=high -- "$R/hp-serve" --kernels 8 --rate "$RATE" --duration 8 \
-    2>/dev/null | grep '^hp: requests' | awk -v i="$idle" '{printf "idle-us %-5s HP p50 %s p99 %s us", i, $8, $10}'
+    2>/dev/null | grep '^hp: requests' | awk -v i="$idle" '{printf "idle-us %-5s HP p50 %s p99 %s us", i, $7, $9}'
   e=$(date +%s.%N)
   wait $be
   awk -v s="$s" -v e="$e" '/^be: t=/ { split($3, k, "="); split($4, p, "="); t = p[2];

@@ -16,7 +16,10 @@
 #include <CLI/CLI.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,10 +131,33 @@ int mpsControl(const std::vector<std::string> &Args, const std::string &Input) {
   return WIFEXITED(St) ? WEXITSTATUS(St) : 1;
 }
 
+/// Is a daemon answering at the control pipe? The file can outlive the
+/// daemon, so it is probed: a FIFO without a reader refuses a non-blocking
+/// writer, a socket without a listener refuses a connection. Nothing is
+/// written.
 bool mpsRunning() {
   struct stat St;
   std::string P = mpsPipeDir() + "/control";
-  return stat(P.c_str(), &St) == 0 && (S_ISSOCK(St.st_mode) || S_ISFIFO(St.st_mode));
+  if (stat(P.c_str(), &St) != 0)
+    return false;
+  if (S_ISFIFO(St.st_mode)) {
+    int Fd = open(P.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (Fd < 0)
+      return false;
+    close(Fd);
+    return true;
+  }
+  if (!S_ISSOCK(St.st_mode) || P.size() >= sizeof(sockaddr_un::sun_path))
+    return false;
+  int Fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (Fd < 0)
+    return false;
+  sockaddr_un A{};
+  A.sun_family = AF_UNIX;
+  std::memcpy(A.sun_path, P.c_str(), P.size() + 1);
+  bool Up = connect(Fd, reinterpret_cast<sockaddr *>(&A), sizeof A) == 0;
+  close(Fd);
+  return Up;
 }
 
 int runMps(const std::string &Action) {
