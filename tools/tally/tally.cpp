@@ -17,9 +17,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,7 +97,8 @@ std::string mpsLogDir() {
 
 /// Runs nvidia-cuda-mps-control with \p Args, \p Input on its standard input
 /// ("" for none). Returns its exit status (127: not found).
-int mpsControl(const std::vector<std::string> &Args, const std::string &Input) {
+int mpsControl(const std::vector<std::string> &Args, const std::string &Input,
+               bool Quiet = false) {
   setenv("CUDA_MPS_PIPE_DIRECTORY", mpsPipeDir().c_str(), 1);
   setenv("CUDA_MPS_LOG_DIRECTORY", mpsLogDir().c_str(), 1);
   int In[2];
@@ -112,6 +111,13 @@ int mpsControl(const std::vector<std::string> &Args, const std::string &Input) {
     dup2(In[0], 0);
     close(In[0]);
     close(In[1]);
+    if (Quiet) {
+      int Null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+      if (Null >= 0) {
+        dup2(Null, 1);
+        dup2(Null, 2);
+      }
+    }
     std::vector<char *> A;
     std::string Name = "nvidia-cuda-mps-control";
     A.push_back(Name.data());
@@ -131,33 +137,15 @@ int mpsControl(const std::vector<std::string> &Args, const std::string &Input) {
   return WIFEXITED(St) ? WEXITSTATUS(St) : 1;
 }
 
-/// Is a daemon answering at the control pipe? The file can outlive the
-/// daemon, so it is probed: a FIFO without a reader refuses a non-blocking
-/// writer, a socket without a listener refuses a connection. Nothing is
-/// written.
+/// Is a daemon answering? Asked through the control client itself (the
+/// control pipe's file outlives the daemon, and probing the pipe directly
+/// gave wrong answers on the GPU machine): `get_server_list` succeeds only
+/// when a daemon runs.
 bool mpsRunning() {
   struct stat St;
-  std::string P = mpsPipeDir() + "/control";
-  if (stat(P.c_str(), &St) != 0)
+  if (stat((mpsPipeDir() + "/control").c_str(), &St) != 0)
     return false;
-  if (S_ISFIFO(St.st_mode)) {
-    int Fd = open(P.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (Fd < 0)
-      return false;
-    close(Fd);
-    return true;
-  }
-  if (!S_ISSOCK(St.st_mode) || P.size() >= sizeof(sockaddr_un::sun_path))
-    return false;
-  int Fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (Fd < 0)
-    return false;
-  sockaddr_un A{};
-  A.sun_family = AF_UNIX;
-  std::memcpy(A.sun_path, P.c_str(), P.size() + 1);
-  bool Up = connect(Fd, reinterpret_cast<sockaddr *>(&A), sizeof A) == 0;
-  close(Fd);
-  return Up;
+  return mpsControl({}, "get_server_list\n", /*Quiet=*/true) == 0;
 }
 
 int runMps(const std::string &Action) {
