@@ -339,11 +339,25 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Co.Pol->observe(Now, observeHp(Now));
     Mode = Co.Pol->mode(Now);
   }
-  if (Mode == Policy::Mode::Free && !Cfg.Forced) {
-    // No HP work to protect: the original, at full speed, untracked.
+  if (Mode == Policy::Mode::Free) {
+    // No HP work to protect: the original at full speed, untracked; or the
+    // forced form, launched as in one process (a PTB launch is still
+    // watched, in case HP arrives while it runs).
     Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
-    F = Form::Original;
-    return Original();
+    F = Cfg.Forced ? choose(K, A) : Form::Original;
+    CUresult R = CUDA_SUCCESS;
+    bool Done = false;
+    if (F == Form::Ptb)
+      Done = launchPtb(K, A, C, S, R, nullptr, /*Scheduled=*/true);
+    else if (F == Form::Slice)
+      Done = launchSliced(K, A, C, S, R);
+    if (!Done) {
+      if (F != Form::Original)
+        K.Fallbacks.fetch_add(1, std::memory_order_relaxed);
+      F = Form::Original;
+      R = Original();
+    }
+    return R;
   }
   // One BE launch at a time, each after HP has been idle for the window.
   holdWhileHpBusy(C);
