@@ -520,6 +520,17 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   // decided by the policy in launchBe.
   bool Sched = S.Cfg.Schedule && !S.Cfg.RandomPreemptions;
   bool Hp = S.Cfg.Prio == Priority::High;
+  // A BE process with no HP activity to protect runs originals untracked:
+  // decided without capture checks or context lookups (mode cached for a
+  // few microseconds).
+  if (Sched && !Hp && !S.Cfg.Forced && !(S.Cfg.Stats && S.Cfg.StatsTiming) &&
+      S.Co.Usable && S.freeMode()) {
+    S.Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
+    CUresult R = Original();
+    if (R == CUDA_SUCCESS)
+      K->Launches[static_cast<int>(Form::Original)].fetch_add(1, std::memory_order_relaxed);
+    return R;
+  }
   Form F = Sched ? Form::Original : S.choose(*K, A);
   if (Sched && Hp && S.Cfg.Forced)
     F = S.choose(*K, A);

@@ -146,7 +146,7 @@ struct PendingMeasure {
 /// Cross-process scheduling (Scheduler.cpp).
 struct Coordination {
   std::once_flag Once;
-  bool Usable = false;
+  std::atomic<bool> Usable{false};
   std::unique_ptr<Segment> Seg;
   std::unique_ptr<ProfileCache> Cache;
   std::unique_ptr<Policy> Pol;
@@ -162,6 +162,18 @@ struct Coordination {
   std::condition_variable HeartCv;
   bool HeartStop = false;
   bool Mps = false;
+  /// Free mode as last decided, and when (ns): launches within FreeCacheNs
+  /// of it reuse the decision.
+  std::atomic<bool> FreeCached{false};
+  /// HP with --stats: launch times by sequence number (a ring), and the
+  /// thread that sees completions and records each launch's turnaround.
+  static constexpr uint64_t RingSize = 1 << 16;
+  std::unique_ptr<std::atomic<uint64_t>[]> LaunchNs;
+  std::atomic<uint64_t> LastSeq{0};
+  std::thread Turnaround;
+  std::vector<double> TurnaroundUs; ///< written by that thread only
+  uint64_t TurnaroundLost = 0;      ///< launches whose time fell out of the ring
+  std::atomic<uint64_t> FreeCheckedNs{0};
   std::atomic<uint64_t> HpLaunches{0}, HpHostCompletions{0}, FullSpeed{0}, Holds{0}, HeldNs{0},
       Preemptions{0}, Measured{0}, Discarded{0};
 };
@@ -252,8 +264,11 @@ struct Runtime::Impl {
   // Scheduler.cpp
   void coordinate(ContextState &C);
   void heartbeatLoop();
+  void turnaroundLoop();
   void stopCoordination();
   HpObservation observeHp(uint64_t Now);
+  /// Is this BE process in Free mode? (Cached for FreeCacheNs.)
+  bool freeMode();
   CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,
                     bool Capturing);
   CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -146,6 +147,10 @@ void Runtime::Impl::coordinate(ContextState &C) {
                            "waits for the BE context's time slice (hundreds of microseconds); "
                            "'tally mps start' runs MPS");
     Co.Heart = std::thread([this] { heartbeatLoop(); });
+    if (Cfg.Stats && Cfg.Prio == Priority::High) {
+      Co.LaunchNs.reset(new std::atomic<uint64_t>[Coordination::RingSize]());
+      Co.Turnaround = std::thread([this] { turnaroundLoop(); });
+    }
     Co.Usable = true;
     logf(LogLevel::Info, "joined %s as %s", Co.Seg->path().c_str(),
          Cfg.Prio == Priority::High ? "high priority" : "best effort");
@@ -167,6 +172,53 @@ void Runtime::Impl::heartbeatLoop() {
   }
 }
 
+/// HP with --stats: watches this process's completion word and records,
+/// for each launch it sees end, the time from the launch call to then. It
+/// spins while launches are outstanding (a CPU core, in --stats runs only)
+/// and naps when none are.
+void Runtime::Impl::turnaroundLoop() {
+  uint64_t Seen = 0, LastSeen = 0, Active = 0;
+  const uint64_t Mask = Coordination::RingSize - 1;
+  for (bool Stop = false; !Stop;) {
+    {
+      // One more pass after the stop: completions seen by then count.
+      std::lock_guard<std::mutex> G(Co.HeartMu);
+      Stop = Co.HeartStop;
+    }
+    uint64_t *Word = Co.Seg->finishedWord();
+    uint64_t Last = Co.LastSeq.load(std::memory_order_acquire);
+    if (Word && Seen > Last)
+      Seen = Last; // joined again: numbers restarted elsewhere
+    uint64_t F = Word ? __atomic_load_n(Word, __ATOMIC_ACQUIRE) : 0;
+    F = std::min(F, Last);
+    if (F <= Seen) {
+      // Spin while launches are outstanding and for 2 ms after the last
+      // one (a nap would delay the next completion's sighting by the
+      // scheduler's wake-up time); nap after that.
+      if (Last != LastSeen) {
+        LastSeen = Last;
+        Active = monotonicNs();
+      }
+      if (Seen >= Last && monotonicNs() - Active > 2'000'000)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      else
+        cpuRelax();
+      continue;
+    }
+    uint64_t Now = monotonicNs();
+    if (F - Seen > Coordination::RingSize) {
+      Co.TurnaroundLost += F - Seen - Coordination::RingSize;
+      Seen = F - Coordination::RingSize;
+    }
+    for (uint64_t Q = Seen + 1; Q <= F; ++Q) {
+      uint64_t T = Co.LaunchNs[Q & Mask].load(std::memory_order_relaxed);
+      if (T && T <= Now && Co.TurnaroundUs.size() < (size_t(1) << 22))
+        Co.TurnaroundUs.push_back(double(Now - T) / 1000.0);
+    }
+    Seen = F;
+  }
+}
+
 void Runtime::Impl::stopCoordination() {
   if (!Co.Usable)
     return;
@@ -177,6 +229,8 @@ void Runtime::Impl::stopCoordination() {
   Co.HeartCv.notify_all();
   if (Co.Heart.joinable())
     Co.Heart.join();
+  if (Co.Turnaround.joinable())
+    Co.Turnaround.join();
   {
     std::lock_guard<std::mutex> G(Co.BeMu);
     finishMeasurement();
@@ -200,6 +254,27 @@ HpObservation Runtime::Impl::observeHp(uint64_t Now) {
   O.Active = V.Active;
   O.Arrivals = V.Arrivals;
   return O;
+}
+
+/// How long a Free-mode decision stands: an HP arrival within it still
+/// finds BE originals started in it (as it would find one started just
+/// before it).
+static constexpr uint64_t FreeCacheNs = 20'000;
+
+bool Runtime::Impl::freeMode() {
+  uint64_t Now = monotonicNs();
+  uint64_t Checked = Co.FreeCheckedNs.load(std::memory_order_acquire);
+  if (Checked && Now >= Checked && Now - Checked < FreeCacheNs)
+    return Co.FreeCached.load(std::memory_order_relaxed);
+  bool Free;
+  {
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    Co.Pol->observe(Now, observeHp(Now));
+    Free = Co.Pol->mode(Now) == Policy::Mode::Free;
+  }
+  Co.FreeCached.store(Free, std::memory_order_relaxed);
+  Co.FreeCheckedNs.store(Now, std::memory_order_release);
+  return Free;
 }
 
 //===----------------------------------------------------------------------===//
@@ -227,7 +302,15 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   // announced (a completion written from a graph would be stale).
   if (!Co.Usable || Capturing)
     return Original();
-  uint64_t Seq = Co.Seg->hpLaunch(monotonicNs());
+  uint64_t LaunchedAt = monotonicNs();
+  uint64_t Seq = Co.Seg->hpLaunch(LaunchedAt);
+  if (Seq && Co.LaunchNs) {
+    Co.LaunchNs[Seq & (Coordination::RingSize - 1)].store(LaunchedAt, std::memory_order_relaxed);
+    uint64_t Prev = Co.LastSeq.load(std::memory_order_relaxed);
+    while (Prev < Seq && !Co.LastSeq.compare_exchange_weak(Prev, Seq, std::memory_order_release,
+                                                            std::memory_order_relaxed))
+      ;
+  }
   CUresult R = Original();
   if (!Seq)
     return R; // no slot right now (reclaimed while stalled): not announced

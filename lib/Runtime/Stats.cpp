@@ -137,11 +137,25 @@ void Runtime::Impl::writeStats() {
     Hits = Co.Pol->profileHits();
     Misses = Co.Pol->profileMisses();
   }
+  // HP: launch call to completion seen, per launch (the turnaround thread
+  // has been joined).
+  std::vector<double> Turn = Co.TurnaroundUs;
+  std::sort(Turn.begin(), Turn.end());
+  auto TPct = [&](double P) {
+    return Turn.empty() ? 0.0
+                        : Turn[std::min(Turn.size() - 1, size_t(P * (Turn.size() - 1) + 0.5))];
+  };
   if (Co.Usable) {
-    if (Cfg.Prio == Priority::High)
+    if (Cfg.Prio == Priority::High) {
       std::fprintf(E, "tally: scheduling: %llu launches announced to best-effort processes (%s)\n",
                    (unsigned long long)Co.HpLaunches.load(),
                    Co.GpuWrites ? "completions written by the GPU" : "completions from the host");
+      if (!Turn.empty())
+        std::fprintf(E,
+                     "tally: HP turnaround (launch call to completion seen) over %zu launches: "
+                     "p50 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n",
+                     Turn.size(), TPct(0.5), TPct(0.99), TPct(0.999), Turn.back());
+    }
     else
       std::fprintf(E,
                    "tally: scheduling: %llu launches at full speed (no HP activity), held %llu "
@@ -177,7 +191,9 @@ void Runtime::Impl::writeStats() {
                "\n  \"scheduler\": {\"enabled\": %s, \"mps\": %s, \"hp_launches\": %llu, "
                "\"hp_host_completions\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
-               "\"discarded\": %llu, \"profile_hits\": %llu, \"profile_misses\": %llu},\n"
+               "\"discarded\": %llu, \"profile_hits\": %llu, \"profile_misses\": %llu, "
+               "\"hp_turnaround_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
+               "\"p999\": %.3f, \"max\": %.3f}},\n"
                "  \"kernels\": [",
                Co.Usable ? "true" : "false", Co.Mps ? "true" : "false",
                (unsigned long long)Co.HpLaunches.load(),
@@ -185,7 +201,8 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
                Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
-               (unsigned long long)Hits, (unsigned long long)Misses);
+               (unsigned long long)Hits, (unsigned long long)Misses, Turn.size(), TPct(0.5),
+               TPct(0.99), TPct(0.999), Turn.empty() ? 0.0 : Turn.back());
   for (size_t I = 0; I < Rows.size(); ++I) {
     const Row &R = Rows[I];
     std::fprintf(J,

@@ -80,7 +80,8 @@ set_tests_properties(runtime-schedule-dead-hp PROPERTIES
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
 set_tests_properties(runtime-schedule-hp PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high;TALLY_STATS=1"
+  PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 3 launches"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-own-stream COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
 set_tests_properties(runtime-schedule-hp-own-stream PROPERTIES
