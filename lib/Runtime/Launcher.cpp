@@ -147,8 +147,11 @@ bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextSta
       // Under the scheduler: the next slice is issued only once the last
       // one ended and HP is idle, so an arriving HP kernel waits for one
       // slice at most.
-      if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)
+      if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS) {
         C.BeDoneRecorded = true;
+        C.BeLastPreemptible = false;
+        C.BeOverlapCounted = false;
+      }
       holdWhileHpBusy(C);
     }
     if (!buildParams(K, *K.Slice, A, static_cast<uint32_t>(Off), 0, 1, Buf, Bytes)) {

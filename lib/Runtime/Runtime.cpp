@@ -612,8 +612,11 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
   std::lock_guard<std::mutex> BeLock(S.Co.BeMu);
   S.holdWhileHpBusy(*C);
   CUresult R = Original();
-  if (R == CUDA_SUCCESS && C->BeDone && S.D.cuEventRecord(C->BeDone, Stream) == CUDA_SUCCESS)
+  if (R == CUDA_SUCCESS && C->BeDone && S.D.cuEventRecord(C->BeDone, Stream) == CUDA_SUCCESS) {
     C->BeDoneRecorded = true;
+    C->BeLastPreemptible = false;
+    C->BeOverlapCounted = false;
+  }
   return R;
 }
 

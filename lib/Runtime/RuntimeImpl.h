@@ -119,6 +119,8 @@ struct ContextState {
   /// events), so the next waits for it and measured ones are timed.
   CUevent BeStart = nullptr, BeDone = nullptr;
   bool BeDoneRecorded = false;
+  bool BeLastPreemptible = false; ///< the latest BE launch was PTB
+  bool BeOverlapCounted = false;  ///< HP was seen arriving during it (counted)
   /// Workers per SM by (variant, threads per block, dynamic shared bytes).
   std::map<std::tuple<CUfunction, unsigned, unsigned>, int> Occupancy;
 };
@@ -176,6 +178,11 @@ struct Coordination {
   std::atomic<uint64_t> FreeCheckedNs{0};
   std::atomic<uint64_t> HpLaunches{0}, HpHostCompletions{0}, FullSpeed{0}, Holds{0}, HeldNs{0},
       Preemptions{0}, Measured{0}, Discarded{0};
+  /// BE launches that could not be stopped when HP arrived (originals,
+  /// slices, graph and cooperative launches running then).
+  std::atomic<uint64_t> Unstoppable{0};
+  /// Policy-chosen launches of grids smaller than the GPU, by form.
+  std::atomic<uint64_t> SmallGrid[3] = {};
 };
 
 struct Runtime::Impl {

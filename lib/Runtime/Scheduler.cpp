@@ -359,10 +359,21 @@ void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
     bool Busy = false;
     if (C.BeDoneRecorded) {
       CUresult Q = D.cuEventQuery(C.BeDone);
-      if (Q == CUDA_ERROR_NOT_READY)
+      if (Q == CUDA_ERROR_NOT_READY) {
         Busy = true;
-      else
+        if (!C.BeLastPreemptible && !C.BeOverlapCounted) {
+          // HP arrived while a BE kernel that cannot be stopped runs.
+          uint64_t Now = monotonicNs();
+          std::lock_guard<std::mutex> G(Co.PolMu);
+          Co.Pol->observe(Now, observeHp(Now));
+          if (Co.Pol->hpBusy(Now)) {
+            C.BeOverlapCounted = true;
+            Co.Unstoppable.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      } else {
         C.BeDoneRecorded = false;
+      }
     }
     if (!Busy) {
       uint64_t Now = monotonicNs();
@@ -512,8 +523,12 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     C.BeDoneRecorded = true;
   else
     Co.Measure.Active = false;
+  C.BeLastPreemptible = F == Form::Ptb;
+  C.BeOverlapCounted = false;
   if (R != CUDA_SUCCESS)
     Co.Measure.Active = false;
+  else if (Decided && uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2] < uint64_t(C.SMs))
+    Co.SmallGrid[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed);
   return R;
 }
 

@@ -161,12 +161,17 @@ void Runtime::Impl::writeStats() {
                    "tally: scheduling: %llu launches at full speed (no HP activity), held %llu "
                    "times for %.3f ms in all, %llu preemptions by HP arrivals; profile: %llu "
                    "choices from measurements, %llu launches measuring (%llu measurements kept, "
-                   "%llu discarded because HP came by)%s\n",
+                   "%llu discarded because HP came by); %llu times HP arrived while a BE "
+                   "kernel that cannot be stopped ran; grids smaller than the GPU: %llu original, "
+                   "%llu sliced, %llu PTB%s\n",
                    (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
                    Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
                    (unsigned long long)Hits, (unsigned long long)Misses,
                    (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
-                   Co.Mps ? "; MPS on" : "; no MPS");
+                   (unsigned long long)Co.Unstoppable.load(),
+                   (unsigned long long)Co.SmallGrid[0].load(),
+                   (unsigned long long)Co.SmallGrid[1].load(),
+                   (unsigned long long)Co.SmallGrid[2].load(), Co.Mps ? "; MPS on" : "; no MPS");
   }
   if (Cfg.StatsFile.empty())
     return;
@@ -191,7 +196,9 @@ void Runtime::Impl::writeStats() {
                "\n  \"scheduler\": {\"enabled\": %s, \"mps\": %s, \"hp_launches\": %llu, "
                "\"hp_host_completions\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
-               "\"discarded\": %llu, \"profile_hits\": %llu, \"profile_misses\": %llu, "
+               "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
+               "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
+               "\"profile_hits\": %llu, \"profile_misses\": %llu, "
                "\"hp_turnaround_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
                "\"p999\": %.3f, \"max\": %.3f}},\n"
                "  \"kernels\": [",
@@ -201,7 +208,11 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
                Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
-               (unsigned long long)Hits, (unsigned long long)Misses, Turn.size(), TPct(0.5),
+               (unsigned long long)Co.Unstoppable.load(),
+               (unsigned long long)Co.SmallGrid[0].load(),
+               (unsigned long long)Co.SmallGrid[1].load(),
+               (unsigned long long)Co.SmallGrid[2].load(), (unsigned long long)Hits,
+               (unsigned long long)Misses, Turn.size(), TPct(0.5),
                TPct(0.99), TPct(0.999), Turn.empty() ? 0.0 : Turn.back());
   for (size_t I = 0; I < Rows.size(); ++I) {
     const Row &R = Rows[I];
