@@ -572,8 +572,9 @@ std::unique_ptr<tally::rt::Segment> otherProcess(tally::rt::SegPriority P) {
   std::string W, E;
   auto Seg = tally::rt::Segment::open(O, W, E);
   EXPECT_TRUE(Seg) << E;
-  if (Seg)
+  if (Seg) {
     EXPECT_TRUE(Seg->join(P, tally::rt::monotonicNs(), E)) << E;
+  }
   return Seg;
 }
 
