@@ -320,6 +320,11 @@ int main(int Argc, char **Argv) {
                 "do not read or write the profile cache (measure afresh, keep nothing)");
   Run->add_flag("--no-schedule", NoSchedule,
                 "no scheduling across processes (only --force and --preempt act)");
+  bool TritonPtxas = false;
+  Run->add_flag("--triton-ptxas", TritonPtxas,
+                "Triton compiles with tally-ptxas (beside tally), so its kernels get variants: "
+                "sets TRITON_PTXAS_PATH (the ptxas it named before becomes TALLY_PTXAS_REAL). "
+                "Not yet checked on a GPU: off by default");
   Run->add_option("--lib", Lib, "libtally.so to load (default: ../lib/libtally.so beside tally)");
   Run->add_option("command", Cmd, "the program and its arguments (after --)")->required();
   Run->footer(Variables);
@@ -413,6 +418,16 @@ int main(int Argc, char **Argv) {
     Set("TALLY_PROFILE_CACHE", "0");
   if (NoSchedule)
     Set("TALLY_SCHEDULE", "0");
+  if (TritonPtxas) {
+    std::string Wrapper = selfDir() + "/tally-ptxas";
+    if (access(Wrapper.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "tally: error: --triton-ptxas: no tally-ptxas at %s\n", Wrapper.c_str());
+      return 1;
+    }
+    if (const char *Old = std::getenv("TRITON_PTXAS_PATH"); Old && *Old && Wrapper != Old)
+      Set("TALLY_PTXAS_REAL", Old);
+    Set("TRITON_PTXAS_PATH", Wrapper);
+  }
 
   std::vector<char *> Args;
   for (std::string &A : Cmd)

@@ -1,0 +1,232 @@
+//===- tally-ptxas.cpp - ptxas that adds Tally's variants -----------------===//
+//
+//   tally-ptxas [ptxas options] FILE.ptx -o FILE.cubin
+//
+// A drop-in ptxas (Triton: TRITON_PTXAS_PATH=.../tally-ptxas; `tally run
+// --priority=best-effort` sets it). For one PTX file compiled to a cubin it
+// adds the sliced and PTB variants and the embedded metadata, compiles the
+// module with the real ptxas and the same options, and checks that every
+// original kernel's code is what plain ptxas makes (TALLY_PTXAS_VERIFY=0
+// skips that second compilation). Its report (`-v`) and exit status are
+// plain ptxas's. Anything it does not handle, and every failure, runs the
+// real ptxas on the command line as given, after one line on stderr saying
+// why. `--version` adds a line naming tally-ptxas, so caches keyed by the
+// ptxas version (Triton's) keep kernels compiled with and without it apart.
+//
+// The real ptxas: TALLY_PTXAS_REAL, else `ptxas` on PATH other than this
+// program, else /usr/local/cuda/bin/ptxas.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tally/Driver/Driver.h"
+#include "tally/Driver/PtxasWrapper.h"
+#include "tally/Fatbin/CubinCompare.h"
+#include "tally/Passes/Pass.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace llvm;
+using namespace tally;
+
+namespace {
+
+constexpr const char *Version = "1";
+
+/// Temporary files, removed before this process exits or becomes ptxas.
+std::vector<std::string> Temps;
+void removeTemps() {
+  for (const std::string &T : Temps)
+    sys::fs::remove(T);
+  Temps.clear();
+}
+bool makeTemp(StringRef Suffix, SmallVectorImpl<char> &Path) {
+  if (sys::fs::createTemporaryFile("tally-ptxas", Suffix, Path))
+    return false;
+  Temps.emplace_back(Path.begin(), Path.end());
+  return true;
+}
+
+std::string self() {
+  auto P = sys::fs::getMainExecutable(nullptr, nullptr);
+  SmallString<256> Real;
+  if (!sys::fs::real_path(P, Real))
+    return std::string(Real);
+  return P;
+}
+
+/// The ptxas this program stands in for ("" if none is found).
+std::string realPtxas() {
+  if (const char *E = std::getenv("TALLY_PTXAS_REAL"); E && *E)
+    return E;
+  std::string Me = self();
+  if (const char *Path = std::getenv("PATH")) {
+    SmallVector<StringRef, 16> Dirs;
+    StringRef(Path).split(Dirs, ':', -1, false);
+    for (StringRef D : Dirs) {
+      SmallString<256> Cand(D);
+      sys::path::append(Cand, "ptxas");
+      SmallString<256> Real;
+      if (!sys::fs::can_execute(Cand) || sys::fs::real_path(Cand, Real))
+        continue;
+      if (std::string(Real) != Me)
+        return std::string(Cand);
+    }
+  }
+  if (sys::fs::can_execute("/usr/local/cuda/bin/ptxas"))
+    return "/usr/local/cuda/bin/ptxas";
+  return "";
+}
+
+/// Replaces this process by the real ptxas with \p Args: the user gets
+/// exactly plain ptxas's behaviour.
+[[noreturn]] void execReal(const std::string &Ptxas, const std::vector<std::string> &Args) {
+  removeTemps();
+  std::vector<char *> Argv;
+  std::string Name = Ptxas;
+  Argv.push_back(Name.data());
+  std::vector<std::string> Copy = Args;
+  for (std::string &A : Copy)
+    Argv.push_back(A.data());
+  Argv.push_back(nullptr);
+  execv(Ptxas.c_str(), Argv.data());
+  errs() << "tally-ptxas: error: cannot run " << Ptxas << ": " << std::strerror(errno) << '\n';
+  std::exit(1);
+}
+
+[[noreturn]] void fallBack(const std::string &Ptxas, const PtxasCommand &C,
+                           const std::string &Why) {
+  errs() << "tally-ptxas: " << Why << "; compiled by plain ptxas without Tally's variants\n";
+  errs().flush();
+  execReal(Ptxas, C.Args);
+}
+
+struct Run {
+  int Status = -1;
+  std::string Out, Err;
+};
+
+/// Runs the real ptxas with \p Args, capturing what it prints.
+std::optional<Run> runReal(const std::string &Ptxas, const std::vector<std::string> &Args) {
+  SmallString<128> OutFile, ErrFile;
+  if (!makeTemp("out", OutFile) || !makeTemp("err", ErrFile))
+    return std::nullopt;
+  std::vector<StringRef> Argv = {Ptxas};
+  for (const std::string &A : Args)
+    Argv.push_back(A);
+  std::optional<StringRef> Redirects[] = {std::nullopt, StringRef(OutFile), StringRef(ErrFile)};
+  std::string Msg;
+  Run R;
+  R.Status = sys::ExecuteAndWait(Ptxas, Argv, std::nullopt, Redirects, 0, 0, &Msg);
+  if (R.Status < 0)
+    return std::nullopt;
+  if (auto B = MemoryBuffer::getFile(OutFile))
+    R.Out = (*B)->getBuffer().str();
+  if (auto B = MemoryBuffer::getFile(ErrFile))
+    R.Err = (*B)->getBuffer().str();
+  return R;
+}
+
+} // namespace
+
+int main(int Argc, char **Argv) {
+  std::vector<std::string> Args(Argv + 1, Argv + Argc);
+  std::string Ptxas = realPtxas();
+  if (Ptxas.empty()) {
+    errs() << "tally-ptxas: error: cannot find the real ptxas (set TALLY_PTXAS_REAL, or put "
+              "the CUDA toolkit's bin folder on PATH)\n";
+    return 1;
+  }
+  // --version: ptxas's, and a line that keys version-keyed caches apart.
+  if (Args.size() == 1 && (Args[0] == "--version" || Args[0] == "-V")) {
+    auto R = runReal(Ptxas, Args);
+    if (!R)
+      execReal(Ptxas, Args);
+    removeTemps();
+    outs() << R->Out << "tally-ptxas " << Version
+           << ": adds Tally's sliced and preemptible variants to each module\n";
+    errs() << R->Err;
+    return R->Status;
+  }
+  PtxasCommand C = parsePtxasCommand(Args);
+  if (!C.Passthrough.empty()) {
+    bool Quiet = C.Passthrough.find("'--help'") != std::string::npos ||
+                 C.Passthrough.find("'-h'") != std::string::npos ||
+                 C.Passthrough.find("version") != std::string::npos;
+    if (Quiet)
+      execReal(Ptxas, Args);
+    fallBack(Ptxas, C, C.Passthrough);
+  }
+  auto Input = MemoryBuffer::getFile(C.Input);
+  if (!Input)
+    execReal(Ptxas, Args); // ptxas says what is wrong with it
+  if (detectInputKind((*Input)->getBuffer()) != InputKind::PTX)
+    fallBack(Ptxas, C, "the input is not PTX text");
+
+  CompileOptions O;
+  O.Pipeline = DefaultPipeline;
+  O.UsePtxas = true;
+  O.Ptxas = Ptxas;
+  O.Arch = C.Arch;
+  O.Jobs = 1;
+  auto Res = compileInput((*Input)->getMemBufferRef(), O);
+  if (!Res) {
+    std::string Why = toString(Res.takeError());
+    fallBack(Ptxas, C, "cannot add the variants (" + StringRef(Why).split('\n').first.str() + ")");
+  }
+  SmallString<128> TmpPtx, TmpCubin, TmpPlain;
+  if (!makeTemp("ptx", TmpPtx) || !makeTemp("cubin", TmpCubin) || !makeTemp("cubin", TmpPlain))
+    fallBack(Ptxas, C, "cannot create temporary files");
+  {
+    std::error_code EC;
+    raw_fd_ostream OS(TmpPtx, EC);
+    if (EC)
+      fallBack(Ptxas, C, "cannot write " + std::string(TmpPtx));
+    OS << Res->Output;
+  }
+  auto Variant = runReal(Ptxas, rewriteCommand(C, std::string(TmpPtx), std::string(TmpCubin)));
+  if (!Variant || Variant->Status != 0)
+    fallBack(Ptxas, C, "ptxas failed on the module with variants");
+  std::string Report = filterVariantReport(Variant->Out);
+  std::string ReportErr = filterVariantReport(Variant->Err);
+  const char *Verify = std::getenv("TALLY_PTXAS_VERIFY");
+  if (!Verify || std::string(Verify) != "0") {
+    // The original kernels must compile to the same code as without Tally
+    // (up to addresses the loader fills in). The plain run's report is the
+    // one shown: it is exactly plain ptxas's.
+    auto Plain = runReal(Ptxas, rewriteCommand(C, C.Input, std::string(TmpPlain)));
+    if (!Plain || Plain->Status != 0)
+      execReal(Ptxas, Args); // plain ptxas fails: the user sees how
+    auto A = MemoryBuffer::getFile(TmpPlain), B = MemoryBuffer::getFile(TmpCubin);
+    if (!A || !B)
+      fallBack(Ptxas, C, "cannot read the compiled cubins back");
+    auto Diffs = fatbin::compareKernelCode((*A)->getBuffer(), (*B)->getBuffer());
+    if (!Diffs) {
+      std::string Why = toString(Diffs.takeError());
+      fallBack(Ptxas, C, "cannot compare the cubins (" + Why + ")");
+    }
+    for (const fatbin::KernelCodeDiff &D : *Diffs)
+      if (!D.onlyAddressesDiffer())
+        fallBack(Ptxas, C, "kernel " + D.Kernel + " would change: " + D.describe());
+    Report = Plain->Out;
+    ReportErr = Plain->Err;
+  }
+  if (std::error_code EC = sys::fs::copy_file(TmpCubin, C.Output))
+    fallBack(Ptxas, C, "cannot write " + C.Output + ": " + EC.message());
+  removeTemps();
+  outs() << Report;
+  errs() << ReportErr;
+  return 0;
+}
