@@ -7,8 +7,11 @@
 //  * HP processes launch unchanged and at once. Before each launch they
 //    count it in their slot (a few atomics); right after it, the GPU writes
 //    the launch's sequence number into the slot's completion word
-//    (cuStreamWriteValue64 on the launch's stream, into the segment mapped
-//    for the device with cuMemHostRegister): no host round trip.
+//    (cuStreamWriteValue64 into the segment mapped for the device with
+//    cuMemHostRegister, from an internal stream that waits for an event
+//    recorded after the launch, so the application's stream never waits
+//    for the write; TALLY_HP_COMPLETION picks another way): no host round
+//    trip.
 //  * BE processes ask the policy (Policy.h) at each launch. Free mode (no
 //    HP activity for the silence window): the original runs at full speed.
 //    Guarded mode: the launch is held until HP has been idle for the idle
