@@ -466,43 +466,54 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     if (D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
         CUDA_SUCCESS)
       break;
-    // The write must have landed before the block is read, cleared for the
-    // resumption or reused: a late flag would stop a launch nobody resumes.
-    bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
-    if (!waitEvent(L.End))
-      return;
-    double LatencyUs =
-        std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
-    if (!FlagTracked) {
-      // Cannot tell when the flag lands: wait for the signal stream itself.
-      if (D.cuStreamSynchronize(C.Signal) != CUDA_SUCCESS)
-        return;
-    } else if (!waitEvent(L.Flag)) {
-      return;
-    }
+    double LatencyUs = 0;
     uint32_t Done = 0;
-    if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
-        D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
-      Done = 0; // unknown: resume anyway (a complete grid makes it a no-op)
+    if (!collectPreempted(L, Raised, LatencyUs, Done))
+      return;
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
     DoneSoFar = std::max(DoneSoFar, Done);
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
     if (!AtBlock)
       PreemptLatencyUs.push_back(LatencyUs);
-    bool Resumed = false;
-    for (int Try = 0; Try < 3 && !Resumed; ++Try)
-      Resumed = resume(L);
-    if (!Resumed) {
-      // The application's stream waits on `done`; leaving it would hang the
-      // program. Release it and say loudly that blocks did not run.
-      logf(LogLevel::Error,
-           "kernel %s: %u of %u logical blocks did not run; releasing its stream",
-           L.K->Name.c_str(), L.Blocks - Done, L.Blocks);
-      D.cuStreamWriteValue32(C.Signal, L.Ctrl + 8, L.Blocks, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (!resumeOrRelease(L, Done))
       return;
-    }
   }
+}
+
+bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::time_point Raised,
+                                     double &LatencyUs, uint32_t &Done) {
+  ContextState &C = *L.C;
+  // The write must have landed before the block is read, cleared for the
+  // resumption or reused: a late flag would stop a launch nobody resumes.
+  bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
+  if (!waitEvent(L.End))
+    return false;
+  LatencyUs = std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
+  if (!FlagTracked) {
+    // Cannot tell when the flag lands: wait for the signal stream itself.
+    if (D.cuStreamSynchronize(C.Signal) != CUDA_SUCCESS)
+      return false;
+  } else if (!waitEvent(L.Flag)) {
+    return false;
+  }
+  Done = 0;
+  if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
+      D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
+    Done = 0; // unknown: resume anyway (a complete grid makes it a no-op)
+  return true;
+}
+
+bool Runtime::Impl::resumeOrRelease(PtbLaunch &L, uint32_t Done) {
+  for (int Try = 0; Try < 3; ++Try)
+    if (resume(L))
+      return true;
+  // The application's stream waits on `done`; leaving it would hang the
+  // program. Release it and say loudly that blocks did not run.
+  logf(LogLevel::Error, "kernel %s: %u of %u logical blocks did not run; releasing its stream",
+       L.K->Name.c_str(), L.Blocks - Done, L.Blocks);
+  D.cuStreamWriteValue32(L.C->Signal, L.Ctrl + 8, L.Blocks, CU_STREAM_WRITE_VALUE_DEFAULT);
+  return false;
 }
 
 void Runtime::Impl::waitForOwner(void *Owner) {

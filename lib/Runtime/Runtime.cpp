@@ -571,16 +571,10 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
       F = S.choose(*K, A); // no scheduler: as in one process
     }
   }
-  if (!Done && F == Form::Ptb)
-    Done = S.launchPtb(*K, A, *C, Stream, R);
-  else if (!Done && F == Form::Slice)
-    Done = S.launchSliced(*K, A, *C, Stream, R);
-  if (!Done) {
-    if (F != Form::Original)
-      K->Fallbacks.fetch_add(1, std::memory_order_relaxed);
-    F = Form::Original;
-    R = Original();
-  }
+  if (!Done)
+    R = F == Form::Original ? Original()
+                            : S.launchForm(*K, A, Original, *C, Stream, F, nullptr,
+                                           /*Scheduled=*/false, /*Paced=*/false);
   if (R == CUDA_SUCCESS)
     K->Launches[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed);
   if (T.Start)
@@ -616,6 +610,24 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
     C->BeDoneRecorded = true;
     C->BeLastPreemptible = false;
     C->BeOverlapCounted = false;
+  }
+  return R;
+}
+
+CUresult Runtime::Impl::launchForm(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
+                                   ContextState &C, CUstream S, Form &F, const Choice *Pick,
+                                   bool Scheduled, bool Paced) {
+  CUresult R = CUDA_SUCCESS;
+  bool Done = false;
+  if (F == Form::Ptb)
+    Done = launchPtb(K, A, C, S, R, Pick, Scheduled);
+  else if (F == Form::Slice)
+    Done = launchSliced(K, A, C, S, R, Pick, Paced);
+  if (!Done) {
+    if (F != Form::Original)
+      K.Fallbacks.fetch_add(1, std::memory_order_relaxed);
+    F = Form::Original;
+    R = Original();
   }
   return R;
 }

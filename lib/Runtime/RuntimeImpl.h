@@ -9,6 +9,7 @@
 #include "tally/Runtime/Segment.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -235,6 +236,11 @@ struct Runtime::Impl {
   void dropDeadPrimaries(CUdevice Dev);
   void dropDeadContexts();
   Form choose(const KernelEntry &K, const LaunchArgs &A) const;
+  /// Launches in form \p F (Ptb, Slice or Original); a variant that cannot
+  /// be launched leaves \p F as Original and runs the original.
+  CUresult launchForm(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
+                      ContextState &C, CUstream S, Form &F, const Choice *Pick, bool Scheduled,
+                      bool Paced);
   void registerExit();
 
   // Launcher.cpp
@@ -261,6 +267,14 @@ struct Runtime::Impl {
   void handle(PtbLaunch &L);
   bool waitEvent(CUevent E);
   bool resume(PtbLaunch &L);
+  /// After the flag of \p L was raised at \p Raised: waits for the workers
+  /// to leave and the flag write to land, reads `done`. False when the
+  /// launch cannot be followed any more.
+  bool collectPreempted(PtbLaunch &L, std::chrono::steady_clock::time_point Raised,
+                        double &LatencyUs, uint32_t &Done);
+  /// Relaunches a preempted \p L (three tries); failing that, releases its
+  /// stream with an error and returns false.
+  bool resumeOrRelease(PtbLaunch &L, uint32_t Done);
   void waitForOwner(void *Owner);
   void waitForContext(const ContextState *C);
   void stopPreemptor();
@@ -274,6 +288,9 @@ struct Runtime::Impl {
   void turnaroundLoop();
   void stopCoordination();
   HpObservation observeHp(uint64_t Now);
+  /// Observes the HP processes now; returns whether HP is busy, and the
+  /// mode in \p Mode if given.
+  bool observeBusy(Policy::Mode *Mode);
   /// Is this BE process in Free mode? (Cached for FreeCacheNs.)
   bool freeMode();
   CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,

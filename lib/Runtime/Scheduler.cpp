@@ -259,6 +259,15 @@ HpObservation Runtime::Impl::observeHp(uint64_t Now) {
   return O;
 }
 
+bool Runtime::Impl::observeBusy(Policy::Mode *Mode) {
+  uint64_t Now = monotonicNs();
+  std::lock_guard<std::mutex> G(Co.PolMu);
+  Co.Pol->observe(Now, observeHp(Now));
+  if (Mode)
+    *Mode = Co.Pol->mode(Now);
+  return Co.Pol->hpBusy(Now);
+}
+
 /// How long a Free-mode decision stands: an HP arrival within it still
 /// finds BE originals started in it (as it would find one started just
 /// before it).
@@ -269,12 +278,9 @@ bool Runtime::Impl::freeMode() {
   uint64_t Checked = Co.FreeCheckedNs.load(std::memory_order_acquire);
   if (Checked && Now >= Checked && Now - Checked < FreeCacheNs)
     return Co.FreeCached.load(std::memory_order_relaxed);
-  bool Free;
-  {
-    std::lock_guard<std::mutex> G(Co.PolMu);
-    Co.Pol->observe(Now, observeHp(Now));
-    Free = Co.Pol->mode(Now) == Policy::Mode::Free;
-  }
+  Policy::Mode Mode;
+  observeBusy(&Mode);
+  bool Free = Mode == Policy::Mode::Free;
   Co.FreeCached.store(Free, std::memory_order_relaxed);
   Co.FreeCheckedNs.store(Now, std::memory_order_release);
   return Free;
@@ -364,27 +370,20 @@ void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
       CUresult Q = D.cuEventQuery(C.BeDone);
       if (Q == CUDA_ERROR_NOT_READY) {
         Busy = true;
-        if (!C.BeLastPreemptible && !C.BeOverlapCounted) {
+        if (!C.BeLastPreemptible && !C.BeOverlapCounted && observeBusy(nullptr)) {
           // HP arrived while a BE kernel that cannot be stopped runs.
-          uint64_t Now = monotonicNs();
-          std::lock_guard<std::mutex> G(Co.PolMu);
-          Co.Pol->observe(Now, observeHp(Now));
-          if (Co.Pol->hpBusy(Now)) {
-            C.BeOverlapCounted = true;
-            Co.Unstoppable.fetch_add(1, std::memory_order_relaxed);
-          }
+          C.BeOverlapCounted = true;
+          Co.Unstoppable.fetch_add(1, std::memory_order_relaxed);
         }
       } else {
         C.BeDoneRecorded = false;
       }
     }
     if (!Busy) {
-      uint64_t Now = monotonicNs();
-      std::lock_guard<std::mutex> G(Co.PolMu);
-      Co.Pol->observe(Now, observeHp(Now));
-      Busy = Co.Pol->mode(Now) == Policy::Mode::Guarded && Co.Pol->hpBusy(Now);
+      Policy::Mode Mode;
+      Busy = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
       if (Busy && !Start) {
-        Start = Now;
+        Start = monotonicNs();
         Co.Holds.fetch_add(1, std::memory_order_relaxed);
       }
     }
@@ -429,32 +428,15 @@ void Runtime::Impl::finishMeasurement() {
 CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
                                  ContextState &C, CUstream S, Form &F) {
   std::lock_guard<std::mutex> BeLock(Co.BeMu);
-  uint64_t Now = monotonicNs();
   Policy::Mode Mode;
-  {
-    std::lock_guard<std::mutex> G(Co.PolMu);
-    Co.Pol->observe(Now, observeHp(Now));
-    Mode = Co.Pol->mode(Now);
-  }
+  observeBusy(&Mode);
   if (Mode == Policy::Mode::Free) {
     // No HP work to protect: the original at full speed, untracked; or the
     // forced form, launched as in one process (a PTB launch is still
     // watched, in case HP arrives while it runs).
     Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
     F = Cfg.Forced ? choose(K, A) : Form::Original;
-    CUresult R = CUDA_SUCCESS;
-    bool Done = false;
-    if (F == Form::Ptb)
-      Done = launchPtb(K, A, C, S, R, nullptr, /*Scheduled=*/true);
-    else if (F == Form::Slice)
-      Done = launchSliced(K, A, C, S, R);
-    if (!Done) {
-      if (F != Form::Original)
-        K.Fallbacks.fetch_add(1, std::memory_order_relaxed);
-      F = Form::Original;
-      R = Original();
-    }
-    return R;
+    return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
   // One BE launch at a time, each after HP has been idle for the window.
   holdWhileHpBusy(C);
@@ -510,18 +492,8 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   bool Timed = Co.Measure.Active;
   if (Timed && D.cuEventRecord(C.BeStart, S) != CUDA_SUCCESS)
     Co.Measure.Active = Timed = false;
-  CUresult R = CUDA_SUCCESS;
-  bool Done = false;
-  if (F == Form::Ptb)
-    Done = launchPtb(K, A, C, S, R, Decided ? &Pick : nullptr, /*Scheduled=*/true);
-  else if (F == Form::Slice)
-    Done = launchSliced(K, A, C, S, R, Decided ? &Pick : nullptr, /*Paced=*/true);
-  if (!Done) {
-    if (F != Form::Original)
-      K.Fallbacks.fetch_add(1, std::memory_order_relaxed);
-    F = Form::Original;
-    R = Original();
-  }
+  CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
+                          /*Scheduled=*/true, /*Paced=*/true);
   if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)
     C.BeDoneRecorded = true;
   else
@@ -553,12 +525,7 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       CUresult Q = D.cuEventQuery(L.End);
       if (Q != CUDA_ERROR_NOT_READY)
         return; // ended with every block done (or the context is gone)
-      uint64_t Now = monotonicNs();
-      {
-        std::lock_guard<std::mutex> G(Co.PolMu);
-        Co.Pol->observe(Now, observeHp(Now));
-        Raise = Co.Pol->hpBusy(Now);
-      }
+      Raise = observeBusy(nullptr);
       if (Raise)
         break;
       if ((Spin & 255) == 255)
@@ -572,16 +539,10 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
         D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
             CUDA_SUCCESS)
       return; // not raised: it completes on its own
-    bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
-    if (!waitEvent(L.End))
-      return;
-    double LatencyUs = std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
-    if (!FlagTracked ? D.cuStreamSynchronize(C.Signal) != CUDA_SUCCESS : !waitEvent(L.Flag))
-      return;
+    double LatencyUs = 0;
     uint32_t Done = 0;
-    if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
-        D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
-      Done = 0;
+    if (!collectPreempted(L, Raised, LatencyUs, Done))
+      return;
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
@@ -589,31 +550,15 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     Co.Seg->addPreemption();
     PreemptLatencyUs.push_back(LatencyUs);
     // Resume once HP has been idle for the window (at exit: at once).
-    for (unsigned Spin = 0;; ++Spin) {
-      uint64_t Now = monotonicNs();
-      bool Busy;
-      {
-        std::lock_guard<std::mutex> G(Co.PolMu);
-        Co.Pol->observe(Now, observeHp(Now));
-        Busy = Co.Pol->hpBusy(Now);
-      }
-      if (!Busy || Shut.load(std::memory_order_relaxed))
-        break;
+    for (unsigned Spin = 0; observeBusy(nullptr) && !Shut.load(std::memory_order_relaxed);
+         ++Spin) {
       if (Spin < 2000)
         cpuRelax();
       else
         std::this_thread::sleep_for(std::chrono::microseconds(10));
     }
-    bool Resumed = false;
-    for (int Try = 0; Try < 3 && !Resumed; ++Try)
-      Resumed = resume(L);
-    if (!Resumed) {
-      logf(LogLevel::Error,
-           "kernel %s: %u of %u logical blocks did not run; releasing its stream",
-           L.K->Name.c_str(), L.Blocks - Done, L.Blocks);
-      D.cuStreamWriteValue32(C.Signal, L.Ctrl + 8, L.Blocks, CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (!resumeOrRelease(L, Done))
       return;
-    }
   }
 }
 
