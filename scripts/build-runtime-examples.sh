@@ -99,6 +99,11 @@ check "$out/driver-kernels.tally.fatbin" fill_pattern mad_chain block_sums_dyn h
   -L"$cuda/lib64/stubs" -lcuda
 ! ldd "$out/driver-api" | grep -q cudart || fail "driver-api links a CUDA runtime"
 
+step "nvrtc-load (kernels made with NVRTC at run time, NVRTC opened with dlopen)"
+"${nice[@]}" g++ -O2 -std=c++17 -I"$cuda/include" "$ex/nvrtc-load.cpp" -o "$out/nvrtc-load" \
+  -L"$cuda/lib64/stubs" -lcuda -ldl
+! ldd "$out/nvrtc-load" | grep -q -e cudart -e nvrtc || fail "nvrtc-load links cudart or NVRTC"
+
 step "torch_check.py"
 cp "$ex/torch_check.py" "$out/torch_check.py"
 

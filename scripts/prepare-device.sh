@@ -66,7 +66,11 @@ nvcc -arch=sm_90a $R/obj/be-spin.o -o $R/be-spin
 build/bin/tally-opt -q $R/obj/be-spin.o -o $R/obj/be-spin.tally.o --metadata $R/obj/be-spin.yaml
 nvcc -arch=sm_90a $R/obj/be-spin.tally.o -o $R/be-spin.tally
 # What the device does not need.
+# (prefix/bin/tally-opt stays: the runtime runs it on PTX loaded at run time.)
 rm -rf $R/obj/*.o $R/train-gpt-build $R/prefix/include $R/prefix/lib/cmake \
-  $R/prefix/bin/tally-opt $R/prefix/lib/*.a
-strip $R/prefix/bin/tally
+  $R/prefix/lib/*.a
+strip $R/prefix/bin/tally $R/prefix/bin/tally-opt $R/prefix/bin/tally-ptxas
+# The Triton training script (examples/triton) and the PyTorch benchmarks.
+cp examples/triton/train_gpt.py $R/
+if [[ -d benchmarks/torch ]]; then cp benchmarks/torch/*.py $R/; fi
 du -sh .carry

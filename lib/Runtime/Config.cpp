@@ -171,6 +171,24 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     else
       return Fail("TALLY_PROFILE_CACHE", V, "0 or 1");
   }
+  if (const char *V = GetEnv("TALLY_RUNTIME_PTX"); V && *V) {
+    if (!std::strcmp(V, "auto"))
+      C.RuntimePtx = RuntimePtxMode::Auto;
+    else if (!std::strcmp(V, "1"))
+      C.RuntimePtx = RuntimePtxMode::On;
+    else if (!std::strcmp(V, "0"))
+      C.RuntimePtx = RuntimePtxMode::Off;
+    else
+      return Fail("TALLY_RUNTIME_PTX", V, "auto, 1 or 0");
+  }
+  if (const char *V = GetEnv("TALLY_OPT"); V && *V)
+    C.TallyOpt = V;
+  if (const char *V = GetEnv("TALLY_PTX_TIMEOUT_S"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 3600, N) || N == 0)
+      return Fail("TALLY_PTX_TIMEOUT_S", V, "seconds from 1 to 3600");
+    C.PtxTimeoutSeconds = static_cast<unsigned>(N);
+  }
   if (const char *V = GetEnv("TALLY_DRIVER"); V && *V)
     C.DriverPath = V;
   return C;

@@ -22,6 +22,9 @@
 
 #include <dlfcn.h>
 
+#include <memory>
+#include <string>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +65,11 @@ enum Hook {
   HGraphLaunchPtsz,
   HModuleUnload,
   HLibraryUnload,
+  HModuleLoadData,
+  HModuleLoadDataEx,
+  HLibraryLoadData,
+  HLinkAddData,
+  HLinkDestroy,
   HCtxDestroy,
   HPrimaryCtxRelease,
   HPrimaryCtxReset,
@@ -76,6 +84,9 @@ const char *const ExportedName[NumHooks] = {
     "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
     "cuGraphLaunch",          "cuGraphLaunch_ptsz",
     "cuModuleUnload",         "cuLibraryUnload",
+    "cuModuleLoadData",       "cuModuleLoadDataEx",
+    "cuLibraryLoadData",      "cuLinkAddData_v2",
+    "cuLinkDestroy",
     "cuCtxDestroy_v2",        "cuDevicePrimaryCtxRelease_v2",
     "cuDevicePrimaryCtxReset_v2",
     "cuGetProcAddress",       "cuGetProcAddress_v2"};
@@ -160,6 +171,16 @@ int hookForProc(const char *Symbol, int Version, cuuint64_t Flags) {
     return HModuleUnload;
   if (!std::strcmp(Symbol, "cuLibraryUnload"))
     return HLibraryUnload;
+  if (!std::strcmp(Symbol, "cuModuleLoadData"))
+    return HModuleLoadData;
+  if (!std::strcmp(Symbol, "cuModuleLoadDataEx"))
+    return HModuleLoadDataEx;
+  if (!std::strcmp(Symbol, "cuLibraryLoadData"))
+    return HLibraryLoadData;
+  if (!std::strcmp(Symbol, "cuLinkAddData"))
+    return Version >= 6050 ? HLinkAddData : -1;
+  if (!std::strcmp(Symbol, "cuLinkDestroy"))
+    return HLinkDestroy;
   // Context teardown: only the versions our wrappers' signatures are (the
   // older ones are left alone).
   if (!std::strcmp(Symbol, "cuCtxDestroy"))
@@ -439,9 +460,106 @@ __attribute__((visibility("default"))) CUresult cuLibraryUnload(CUlibrary L) {
   auto R = real<Fn>(HLibraryUnload);
   if (!R)
     return CUDA_ERROR_NOT_INITIALIZED;
-  if (Runtime *RT = Runtime::get())
+  std::shared_ptr<const std::string> Kept;
+  if (Runtime *RT = Runtime::get()) {
     RT->forgetLibrary(L);
+    Kept = RT->takeLibraryImage(L); // freed after the unload
+  }
   return R(L);
+}
+
+// PTX loaded at run time: the module with Tally's variants goes to the
+// driver in its place (ModuleLoad.cpp); if the driver rejects that, the
+// image as it came.
+__attribute__((visibility("default"))) CUresult cuModuleLoadData(CUmodule *M, const void *Image) {
+  using Fn = CUresult (*)(CUmodule *, const void *);
+  auto R = real<Fn>(HModuleLoadData);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  Runtime *RT = Runtime::get();
+  std::shared_ptr<const std::string> T = RT ? RT->ptxForModule(Image, "cuModuleLoadData") : nullptr;
+  if (!T)
+    return R(M, Image);
+  CUresult Res = R(M, T->c_str());
+  if (Res == CUDA_SUCCESS)
+    return Res;
+  RT->ptxRejected(Res, "cuModuleLoadData");
+  return R(M, Image);
+}
+
+__attribute__((visibility("default"))) CUresult
+cuModuleLoadDataEx(CUmodule *M, const void *Image, unsigned N, CUjit_option *Opts, void **Vals) {
+  using Fn = CUresult (*)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
+  auto R = real<Fn>(HModuleLoadDataEx);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  Runtime *RT = Runtime::get();
+  std::shared_ptr<const std::string> T =
+      RT ? RT->ptxForModule(Image, "cuModuleLoadDataEx") : nullptr;
+  if (!T)
+    return R(M, Image, N, Opts, Vals);
+  CUresult Res = R(M, T->c_str(), N, Opts, Vals);
+  if (Res == CUDA_SUCCESS)
+    return Res;
+  RT->ptxRejected(Res, "cuModuleLoadDataEx");
+  return R(M, Image, N, Opts, Vals);
+}
+
+__attribute__((visibility("default"))) CUresult
+cuLibraryLoadData(CUlibrary *L, const void *Code, CUjit_option *JitOpts, void **JitVals,
+                  unsigned NumJit, CUlibraryOption *LibOpts, void **LibVals, unsigned NumLib) {
+  using Fn = CUresult (*)(CUlibrary *, const void *, CUjit_option *, void **, unsigned,
+                          CUlibraryOption *, void **, unsigned);
+  auto R = real<Fn>(HLibraryLoadData);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  Runtime *RT = Runtime::get();
+  std::shared_ptr<const std::string> T =
+      RT ? RT->ptxForModule(Code, "cuLibraryLoadData") : nullptr;
+  if (!T)
+    return R(L, Code, JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib);
+  CUresult Res = R(L, T->c_str(), JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib);
+  if (Res == CUDA_SUCCESS) {
+    // The driver may go on reading a preserved binary: keep ours alive.
+    for (unsigned I = 0; LibOpts && I < NumLib; ++I)
+      if (LibOpts[I] == CU_LIBRARY_BINARY_IS_PRESERVED && L)
+        RT->keepForLibrary(*L, T);
+    return Res;
+  }
+  RT->ptxRejected(Res, "cuLibraryLoadData");
+  return R(L, Code, JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib);
+}
+
+__attribute__((visibility("default"))) CUresult
+cuLinkAddData_v2(CUlinkState St, CUjitInputType Type, void *Data, size_t Size, const char *Name,
+                 unsigned N, CUjit_option *Opts, void **Vals) {
+  using Fn = CUresult (*)(CUlinkState, CUjitInputType, void *, size_t, const char *, unsigned,
+                          CUjit_option *, void **);
+  auto R = real<Fn>(HLinkAddData);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  Runtime *RT = Runtime::get();
+  std::shared_ptr<const std::string> T =
+      RT && Type == CU_JIT_INPUT_PTX ? RT->ptxForLink(St, Data) : nullptr;
+  if (!T)
+    return R(St, Type, Data, Size, Name, N, Opts, Vals);
+  // The driver keeps no reference to an input after the call.
+  CUresult Res = R(St, Type, const_cast<char *>(T->c_str()), T->size() + 1, Name, N, Opts, Vals);
+  if (Res == CUDA_SUCCESS)
+    return Res;
+  RT->ptxRejected(Res, "cuLinkAddData");
+  RT->forgetLink(St);
+  return R(St, Type, Data, Size, Name, N, Opts, Vals);
+}
+
+__attribute__((visibility("default"))) CUresult cuLinkDestroy(CUlinkState St) {
+  using Fn = CUresult (*)(CUlinkState);
+  auto R = real<Fn>(HLinkDestroy);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (Runtime *RT = Runtime::get())
+    RT->forgetLink(St);
+  return R(St);
 }
 
 // A context going away takes the runtime's streams, events and control
@@ -481,6 +599,11 @@ void *const Ours[NumHooks] = {
     reinterpret_cast<void *>(&cuGraphLaunch_ptsz),
     reinterpret_cast<void *>(&cuModuleUnload),
     reinterpret_cast<void *>(&cuLibraryUnload),
+    reinterpret_cast<void *>(&cuModuleLoadData),
+    reinterpret_cast<void *>(&cuModuleLoadDataEx),
+    reinterpret_cast<void *>(&cuLibraryLoadData),
+    reinterpret_cast<void *>(&cuLinkAddData_v2),
+    reinterpret_cast<void *>(&cuLinkDestroy),
     reinterpret_cast<void *>(&cuCtxDestroy_v2),
     reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease_v2),
     reinterpret_cast<void *>(&cuDevicePrimaryCtxReset_v2),

@@ -5,6 +5,7 @@
 #include "tally/Runtime/MetadataReader.h"
 #include "tally/Runtime/Policy.h"
 #include "tally/Runtime/ProfileCache.h"
+#include "tally/Runtime/PtxLoader.h"
 #include "tally/Runtime/Runtime.h"
 #include "tally/Runtime/Segment.h"
 
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -186,6 +188,26 @@ struct Coordination {
   std::atomic<uint64_t> SmallGrid[3] = {};
 };
 
+/// PTX loaded at run time (ModuleLoad.cpp).
+struct RuntimePtxState {
+  std::once_flag Once;
+  bool On = false;
+  std::unique_ptr<PtxTransformer> T;
+  std::mutex Mu; ///< one transformation at a time; everything below
+  /// Link states that were given one module with variants (a second would
+  /// define the metadata symbol twice).
+  std::set<CUlinkState> Linked;
+  /// Transformed images of libraries loaded with CU_LIBRARY_BINARY_IS_PRESERVED
+  /// (the driver may read them until the library is unloaded).
+  std::unordered_map<CUlibrary, std::shared_ptr<const std::string>> Preserved;
+  struct Counts {
+    uint64_t Seen = 0, Transformed = 0, FromCache = 0, Refused = 0, Failed = 0, Rejected = 0,
+             SecondInLink = 0;
+    double MadeMs = 0, CachedMs = 0;
+  } C;
+  unsigned Warnings = 0;
+};
+
 struct Runtime::Impl {
   Config Cfg;
   DriverTable D;
@@ -219,6 +241,7 @@ struct Runtime::Impl {
   std::deque<TimedLaunch> Timed;
 
   Coordination Co;
+  RuntimePtxState Ptx;
 
   std::once_flag ExitOnce;
   std::atomic<bool> ExitRegistered{false};
@@ -300,6 +323,11 @@ struct Runtime::Impl {
   void holdWhileHpBusy(ContextState &C);
   void finishMeasurement();
   void scheduled(PtbLaunch &L);
+
+  // ModuleLoad.cpp
+  bool ptxOn();
+  /// The module with variants for PTX \p Text, or null (and why, once).
+  std::shared_ptr<const std::string> ptxTransform(std::string_view Text, const char *Where);
 
   // Stats.cpp
   void writeStats();

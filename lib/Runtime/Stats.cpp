@@ -120,6 +120,22 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)LaunchesAll, (unsigned long long)LaunchesWithout, Total / 1e6,
                100.0 * Share, (unsigned long long)CooperativeLaunches.load(),
                (unsigned long long)GraphLaunches.load());
+  RuntimePtxState::Counts Px;
+  {
+    std::lock_guard<std::mutex> G(Ptx.Mu);
+    Px = Ptx.C;
+  }
+  if (Px.Seen)
+    std::fprintf(E,
+                 "tally: run-time PTX: %llu modules, %llu transformed (%llu from the cache, "
+                 "%.1f ms; %llu by tally-opt, %.1f ms), %llu refused by tally-opt, %llu not "
+                 "transformed (helper failed), %llu of the transformed rejected by the driver "
+                 "(loaded as they came), %llu later PTX inputs of a link left as they were\n",
+                 (unsigned long long)Px.Seen, (unsigned long long)Px.Transformed,
+                 (unsigned long long)Px.FromCache, Px.CachedMs,
+                 (unsigned long long)(Px.Transformed - Px.FromCache), Px.MadeMs,
+                 (unsigned long long)Px.Refused, (unsigned long long)Px.Failed,
+                 (unsigned long long)Px.Rejected, (unsigned long long)Px.SecondInLink);
   // The preemptor has been joined: its measurements are final.
   std::vector<double> Lat = PreemptLatencyUs;
   std::sort(Lat.begin(), Lat.end());
@@ -192,6 +208,15 @@ void Runtime::Impl::writeStats() {
                Total / 1e6, Without / 1e6, Share, (unsigned long long)CooperativeLaunches.load(),
                (unsigned long long)GraphLaunches.load(), Lat.size(), Pct(0.5), Pct(0.99),
                Lat.empty() ? 0.0 : Lat.back());
+  std::fprintf(J,
+               "\n  \"runtime_ptx\": {\"modules\": %llu, \"transformed\": %llu, "
+               "\"from_cache\": %llu, \"cached_ms\": %.3f, \"made_ms\": %.3f, "
+               "\"refused\": %llu, \"failed\": %llu, \"rejected\": %llu, "
+               "\"later_link_inputs\": %llu},",
+               (unsigned long long)Px.Seen, (unsigned long long)Px.Transformed,
+               (unsigned long long)Px.FromCache, Px.CachedMs, Px.MadeMs,
+               (unsigned long long)Px.Refused, (unsigned long long)Px.Failed,
+               (unsigned long long)Px.Rejected, (unsigned long long)Px.SecondInLink);
   std::fprintf(J,
                "\n  \"scheduler\": {\"enabled\": %s, \"mps\": %s, \"hp_launches\": %llu, "
                "\"hp_host_completions\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "

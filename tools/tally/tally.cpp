@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tally/Runtime/ProfileCache.h"
+#include "tally/Runtime/PtxLoader.h"
 
 #include <CLI/CLI.hpp>
 
@@ -21,7 +22,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <climits>
 #include <cstdio>
@@ -78,7 +82,11 @@ const char *Variables =
     "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
     "  TALLY_SCHEDULE     0: no scheduling across processes\n"
     "  TALLY_PROFILE_CACHE  0: do not read or write the profile cache\n"
-    "  TALLY_CACHE_DIR    the profile cache's folder (default ~/.cache/tally)\n"
+    "  TALLY_CACHE_DIR    the caches' folder (default ~/.cache/tally): profiles, and\n"
+    "                     run-time PTX with variants in ptx/\n"
+    "  TALLY_RUNTIME_PTX  auto | 1 | 0: variants for PTX loaded at run time\n"
+    "  TALLY_OPT          the tally-opt that makes them (default: beside libtally.so)\n"
+    "  TALLY_PTX_TIMEOUT_S  the longest one module's transformation may take (120)\n"
     "  TALLY_DRIVER       the CUDA driver library (default libcuda.so.1)\n"
     "  TALLY_DISABLE      1: the runtime passes every call through\n"
     "  TALLY_LIBRARY      where `tally run` finds libtally.so\n";
@@ -253,6 +261,67 @@ int runProfile(const std::string &Action, const std::string &Gpu) {
   return Status;
 }
 
+/// `tally ptx-cache show|clear`: the run-time PTX cache (docs/ptx-cache.md).
+int runPtxCache(const std::string &Action) {
+  std::string Dir = tally::rt::ProfileCache::defaultDir(
+      [](const char *N) -> const char * { return std::getenv(N); });
+  if (Dir.empty()) {
+    std::fprintf(stderr, "tally: error: no cache folder (set TALLY_CACHE_DIR or HOME)\n");
+    return 1;
+  }
+  Dir += "/ptx";
+  std::vector<std::string> Files, Stale;
+  if (DIR *D = opendir(Dir.c_str())) {
+    while (dirent *E = readdir(D)) {
+      std::string N = E->d_name;
+      if (N.size() > 5 && N.compare(N.size() - 5, 5, ".ptxc") == 0)
+        Files.push_back(N);
+      else if (N.rfind(".tmp-", 0) == 0)
+        Stale.push_back(N);
+    }
+    closedir(D);
+  }
+  std::sort(Files.begin(), Files.end());
+  if (Files.empty() && Stale.empty()) {
+    std::printf("no run-time PTX cache entries in %s\n", Dir.c_str());
+    return 0;
+  }
+  int Status = 0;
+  if (Action == "clear") {
+    for (const std::vector<std::string> *L : {&Files, &Stale})
+      for (const std::string &N : *L) {
+        std::string P = Dir + "/" + N;
+        if (unlink(P.c_str()) != 0 && errno != ENOENT) {
+          std::fprintf(stderr, "tally: error: cannot remove %s: %s\n", P.c_str(),
+                       std::strerror(errno));
+          Status = 1;
+        }
+      }
+    std::printf("removed %zu entries from %s\n", Files.size(), Dir.c_str());
+    return Status;
+  }
+  std::printf("%s: %zu entries\n", Dir.c_str(), Files.size());
+  for (const std::string &N : Files) {
+    std::ifstream F(Dir + "/" + N, std::ios::binary);
+    std::stringstream Buf;
+    Buf << F.rdbuf();
+    std::string Text = Buf.str(), Key, Why;
+    auto E = tally::rt::readPtxCacheEntry(Text, Key, Why);
+    if (!E) {
+      std::printf("  %s  corrupt (%s): rewritten at its next use\n", N.c_str(), Why.c_str());
+      continue;
+    }
+    if (E->Ok) {
+      std::vector<std::string> Names = tally::rt::ptxEntryNames(E->Body);
+      std::printf("  %s  transformed, %zu bytes, %zu kernels with variants, %s\n", N.c_str(),
+                  E->Body.size(), Names.size(), Key.c_str());
+    } else {
+      std::printf("  %s  refused: %s  (%s)\n", N.c_str(), E->Body.c_str(), Key.c_str());
+    }
+  }
+  return Status;
+}
+
 } // namespace
 
 int main(int Argc, char **Argv) {
@@ -325,6 +394,13 @@ int main(int Argc, char **Argv) {
                 "Triton compiles with tally-ptxas (beside tally), so its kernels get variants: "
                 "sets TRITON_PTXAS_PATH (the ptxas it named before becomes TALLY_PTXAS_REAL). "
                 "Not yet checked on a GPU: off by default");
+  std::string RuntimePtx = "auto";
+  Run->add_option("--runtime-ptx", RuntimePtx,
+                  "PTX loaded at run time (NVRTC, CuPy with PTX, Numba: cuModuleLoadData(Ex), "
+                  "cuLibraryLoadData, cuLinkAddData) gets variants from tally-opt (beside tally) "
+                  "before the driver compiles it, cached on disk: auto (default: best-effort "
+                  "processes, and any with --force), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   Run->add_option("--lib", Lib, "libtally.so to load (default: ../lib/libtally.so beside tally)");
   Run->add_option("command", Cmd, "the program and its arguments (after --)")->required();
   Run->footer(Variables);
@@ -345,6 +421,13 @@ int main(int Argc, char **Argv) {
       ->required()
       ->check(CLI::IsMember({"show", "clear"}));
   Prof->add_option("--gpu", ProfGpu, "only the cache of the GPU whose UUID contains this");
+  CLI::App *PtxC = App.add_subcommand(
+      "ptx-cache", "show or clear the cache of run-time PTX given variants (--runtime-ptx; "
+                   "docs/ptx-cache.md)");
+  std::string PtxAction;
+  PtxC->add_option("action", PtxAction, "show | clear")
+      ->required()
+      ->check(CLI::IsMember({"show", "clear"}));
 
   try {
     App.parse(Argc, Argv);
@@ -355,6 +438,8 @@ int main(int Argc, char **Argv) {
     return runMps(MpsAction);
   if (*Prof)
     return runProfile(ProfAction, ProfGpu);
+  if (*PtxC)
+    return runPtxCache(PtxAction);
   if (!Turnaround.empty()) {
     char *End = nullptr;
     double T = std::strtod(Turnaround.c_str(), &End);
@@ -418,6 +503,13 @@ int main(int Argc, char **Argv) {
     Set("TALLY_PROFILE_CACHE", "0");
   if (NoSchedule)
     Set("TALLY_SCHEDULE", "0");
+  if (RuntimePtx != "auto")
+    Set("TALLY_RUNTIME_PTX", RuntimePtx == "on" ? "1" : "0");
+  if (RuntimePtx != "off" && !std::getenv("TALLY_OPT")) {
+    std::string Opt = selfDir() + "/tally-opt";
+    if (access(Opt.c_str(), X_OK) == 0)
+      Set("TALLY_OPT", Opt);
+  }
   if (TritonPtxas) {
     std::string Wrapper = selfDir() + "/tally-ptxas";
     if (access(Wrapper.c_str(), X_OK) != 0) {

@@ -34,6 +34,15 @@
 //   TALLY_PROFILE_CACHE  0: do not read or write the profile cache (default 1)
 //   TALLY_CACHE_DIR  the profile cache's folder (default
 //                    $XDG_CACHE_HOME/tally or ~/.cache/tally)
+//   TALLY_RUNTIME_PTX  auto | 1 | 0: give PTX loaded at run time
+//                    (cuModuleLoadData(Ex), cuLibraryLoadData, cuLinkAddData)
+//                    Tally's variants before the driver compiles it; auto
+//                    (default): in best-effort processes and when a form is
+//                    forced (docs/ptx-cache.md)
+//   TALLY_OPT        the tally-opt that transforms it (default: ../bin/
+//                    tally-opt beside libtally.so; `tally run` sets it)
+//   TALLY_PTX_TIMEOUT_S  how long one transformation may take before the
+//                    module is loaded as it is (default 120)
 //   TALLY_DRIVER     the driver library to open (default libcuda.so.1)
 //   TALLY_DISABLE    1: pass every call through untouched
 //
@@ -51,6 +60,7 @@ enum class Form { Original, Slice, Ptb };
 /// How an HP process reports the end of each launch to the others.
 enum class CompletionPath { Gpu, Side, Host };
 enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
+enum class RuntimePtxMode { Auto, On, Off };
 
 const char *formName(Form F);
 
@@ -76,6 +86,9 @@ struct Config {
   bool Schedule = true;
   bool ProfileCache = true;
   CompletionPath HpCompletion = CompletionPath::Side;
+  RuntimePtxMode RuntimePtx = RuntimePtxMode::Auto;
+  std::string TallyOpt; ///< "" = beside libtally.so
+  unsigned PtxTimeoutSeconds = 120;
 
   /// Reads the settings through \p GetEnv (getenv, or a map in tests). On a
   /// bad value returns a config with Enabled = false and \p Error set.

@@ -22,6 +22,9 @@
 
 #include <cuda.h>
 
+#include <memory>
+#include <string>
+
 namespace tally::rt {
 
 /// One launch as an entry point received it.
@@ -63,6 +66,22 @@ public:
   /// announced to the other processes by an HP process, held while HP is
   /// busy in a BE process.
   CUresult otherLaunch(Counted What, CUstream S, bool PerThreadStream, PassThrough Original);
+  /// PTX loaded at run time (cuModuleLoadData(Ex), cuLibraryLoadData): the
+  /// module with Tally's variants to load in place of \p Image, or null to
+  /// load \p Image as it is (not PTX, turned off, refused, failed).
+  std::shared_ptr<const std::string> ptxForModule(const void *Image, const char *Where);
+  /// The same for cuLinkAddData of \p Data (a PTX input) into \p L: only the
+  /// first PTX input of a link gets variants.
+  std::shared_ptr<const std::string> ptxForLink(CUlinkState L, const void *Data);
+  /// The driver rejected the module with variants (\p R): the caller loads
+  /// the original; said once.
+  void ptxRejected(CUresult R, const char *Where);
+  /// The driver may keep reading \p Image, the module with variants of
+  /// library \p L, until it is unloaded.
+  void keepForLibrary(CUlibrary L, std::shared_ptr<const std::string> Image);
+  /// At cuLibraryUnload: the kept image, to be freed after the unload.
+  std::shared_ptr<const std::string> takeLibraryImage(CUlibrary L);
+  void forgetLink(CUlinkState L);
   void forgetModule(CUmodule M);
   void forgetLibrary(CUlibrary L);
   /// Before cuCtxDestroy: finishes the runtime's work in \p Ctx and drops

@@ -350,7 +350,9 @@ FAKE CUresult cuCtxGetDevice(CUdevice *D) {
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuDeviceGetAttribute(int *V, CUdevice_attribute A, CUdevice) {
-  *V = A == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? S().SMs : 0;
+  *V = A == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT       ? S().SMs
+       : A == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9
+                                                           : 0;
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuDeviceGetUuid_v2(CUuuid *U, CUdevice) {
@@ -607,6 +609,58 @@ FAKE CUresult cuLibraryUnload(CUlibrary) {
   return CUDA_SUCCESS;
 }
 
+// Module loads: logged as "load ENTRY bytes=N variants=0|1 ptx=0|1", the
+// image's length as text (0 for a binary) and whether it carries Tally's
+// metadata; with fake_reject_variants(1) an image with it is refused as
+// the driver refuses bad PTX.
+static bool RejectVariants = false;
+FAKE void fake_reject_variants(int On) { RejectVariants = On; }
+
+static CUresult loadImage(const char *Entry, const void *Image, size_t Size = 0) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  const char *T = static_cast<const char *>(Image);
+  bool Ptx = T && T[0] != 0x7f;
+  std::string Text = Ptx ? std::string(T, Size ? strnlen(T, Size) : std::strlen(T)) : "";
+  bool Variants = Text.find("__tally_metadata") != std::string::npos;
+  log(std::string("load ") + Entry + " bytes=" + std::to_string(Text.size()) +
+      " variants=" + (Variants ? "1" : "0") + " ptx=" + (Ptx ? "1" : "0"));
+  return Variants && RejectVariants ? CUDA_ERROR_INVALID_PTX : CUDA_SUCCESS;
+}
+FAKE CUresult cuModuleLoadData(CUmodule *M, const void *Image) {
+  CUresult R = loadImage("cuModuleLoadData", Image);
+  if (R == CUDA_SUCCESS)
+    *M = static_cast<CUmodule>(fake_add_module(0));
+  return R;
+}
+FAKE CUresult cuModuleLoadDataEx(CUmodule *M, const void *Image, unsigned, CUjit_option *,
+                                 void **) {
+  CUresult R = loadImage("cuModuleLoadDataEx", Image);
+  if (R == CUDA_SUCCESS)
+    *M = static_cast<CUmodule>(fake_add_module(0));
+  return R;
+}
+FAKE CUresult cuLibraryLoadData(CUlibrary *L, const void *Code, CUjit_option *, void **, unsigned,
+                                CUlibraryOption *, void **, unsigned) {
+  CUresult R = loadImage("cuLibraryLoadData", Code);
+  if (R == CUDA_SUCCESS)
+    *L = static_cast<CUlibrary>(fake_add_module(1));
+  return R;
+}
+FAKE CUresult cuLinkAddData_v2(CUlinkState, CUjitInputType Type, void *Data, size_t Size,
+                               const char *, unsigned, CUjit_option *, void **) {
+  if (Type != CU_JIT_INPUT_PTX) {
+    std::lock_guard<std::recursive_mutex> G(S().Mu);
+    log("load cuLinkAddData binary");
+    return CUDA_SUCCESS;
+  }
+  return loadImage("cuLinkAddData", Data, Size);
+}
+FAKE CUresult cuLinkDestroy(CUlinkState) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  log("linkdestroy");
+  return CUDA_SUCCESS;
+}
+
 static void *procFor(const char *Sym, cuuint64_t Flags) {
   std::string Name = Sym;
   if (Flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
@@ -622,6 +676,11 @@ static void *procFor(const char *Sym, cuuint64_t Flags) {
       {"cuGraphLaunch", reinterpret_cast<void *>(&cuGraphLaunch)},
       {"cuModuleUnload", reinterpret_cast<void *>(&cuModuleUnload)},
       {"cuLibraryUnload", reinterpret_cast<void *>(&cuLibraryUnload)},
+      {"cuModuleLoadData", reinterpret_cast<void *>(&cuModuleLoadData)},
+      {"cuModuleLoadDataEx", reinterpret_cast<void *>(&cuModuleLoadDataEx)},
+      {"cuLibraryLoadData", reinterpret_cast<void *>(&cuLibraryLoadData)},
+      {"cuLinkAddData", reinterpret_cast<void *>(&cuLinkAddData_v2)},
+      {"cuLinkDestroy", reinterpret_cast<void *>(&cuLinkDestroy)},
       {"cuCtxGetCurrent", reinterpret_cast<void *>(&cuCtxGetCurrent)},
       {"cuCtxDestroy", reinterpret_cast<void *>(&cuCtxDestroy_v2)},
       {"cuDevicePrimaryCtxRelease", reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease_v2)},

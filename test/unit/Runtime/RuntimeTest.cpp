@@ -664,3 +664,120 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
   EXPECT_EQ(V.Arrivals, 3u);
   EXPECT_FALSE(V.Active);
 }
+
+//===----------------------------------------------------------------------===//
+// PTX loaded at run time (TALLY_OPT names this build's tally-opt; the PTX
+// is a Triton kernel of test/outside-ptx, TALLY_TEST_PTX).
+//===----------------------------------------------------------------------===//
+
+extern "C" void fake_reject_variants(int On);
+
+namespace {
+std::string testPtx() {
+  std::ifstream F(env("TALLY_TEST_PTX"));
+  std::stringstream S;
+  S << F.rdbuf();
+  return S.str();
+}
+
+/// The last "load ..." line of the fake's log.
+std::string lastLoad() {
+  std::string Last;
+  for (const std::string &L : logLines())
+    if (L.rfind("load ", 0) == 0)
+      Last = L;
+  return Last;
+}
+} // namespace
+
+TEST(RuntimePtx, EveryLoadEntryPointGetsTheModuleWithVariants) {
+  std::string Ptx = testPtx();
+  ASSERT_FALSE(Ptx.empty()) << "TALLY_TEST_PTX";
+  CUmodule M = nullptr;
+  ASSERT_EQ(cuModuleLoadData(&M, Ptx.c_str()), CUDA_SUCCESS);
+  EXPECT_NE(M, nullptr);
+  EXPECT_NE(lastLoad().find("load cuModuleLoadData"), std::string::npos);
+  EXPECT_NE(lastLoad().find("variants=1"), std::string::npos) << lastLoad();
+  EXPECT_EQ(lastLoad().find("bytes=" + std::to_string(Ptx.size()) + " "), std::string::npos)
+      << "the text the driver got is the module with variants";
+
+  ASSERT_EQ(cuModuleLoadDataEx(&M, Ptx.c_str(), 0, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_NE(lastLoad().find("load cuModuleLoadDataEx"), std::string::npos);
+  EXPECT_NE(lastLoad().find("variants=1"), std::string::npos) << lastLoad();
+
+  // Through cuGetProcAddress too, as the CUDA runtime and CuPy find it.
+  void *Fn = nullptr;
+  ASSERT_EQ(cuGetProcAddress("cuLibraryLoadData", &Fn, 12000, 0), CUDA_SUCCESS);
+  auto LibLoad = reinterpret_cast<CUresult (*)(CUlibrary *, const void *, CUjit_option *,
+                                               void **, unsigned, CUlibraryOption *, void **,
+                                               unsigned)>(Fn);
+  CUlibrary L = nullptr;
+  CUlibraryOption Keep = CU_LIBRARY_BINARY_IS_PRESERVED;
+  void *KeepVal = nullptr;
+  ASSERT_EQ(LibLoad(&L, Ptx.c_str(), nullptr, nullptr, 0, &Keep, &KeepVal, 1), CUDA_SUCCESS);
+  EXPECT_NE(lastLoad().find("load cuLibraryLoadData"), std::string::npos);
+  EXPECT_NE(lastLoad().find("variants=1"), std::string::npos) << lastLoad();
+  EXPECT_EQ(cuLibraryUnload(L), CUDA_SUCCESS);
+
+  // Binary images pass untouched.
+  const char Elf[] = "\x7f" "ELF\x02\x01\x01\x00";
+  ASSERT_EQ(cuModuleLoadData(&M, Elf), CUDA_SUCCESS);
+  EXPECT_NE(lastLoad().find("ptx=0"), std::string::npos) << lastLoad();
+}
+
+TEST(RuntimePtx, OnlyTheFirstPtxInputOfALinkGetsVariants) {
+  std::string Ptx = testPtx();
+  ASSERT_FALSE(Ptx.empty());
+  void *Fn = nullptr;
+  ASSERT_EQ(cuGetProcAddress("cuLinkAddData", &Fn, 12000, 0), CUDA_SUCCESS);
+  auto Add = reinterpret_cast<CUresult (*)(CUlinkState, CUjitInputType, void *, size_t,
+                                           const char *, unsigned, CUjit_option *, void **)>(Fn);
+  auto *St = reinterpret_cast<CUlinkState>(0x1234);
+  ASSERT_EQ(Add(St, CU_JIT_INPUT_PTX, Ptx.data(), Ptx.size() + 1, "a.ptx", 0, nullptr, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_NE(lastLoad().find("variants=1"), std::string::npos) << lastLoad();
+  ASSERT_EQ(Add(St, CU_JIT_INPUT_PTX, Ptx.data(), Ptx.size() + 1, "b.ptx", 0, nullptr, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_NE(lastLoad().find("variants=0"), std::string::npos) << lastLoad();
+  ASSERT_EQ(Add(St, CU_JIT_INPUT_CUBIN, Ptx.data(), Ptx.size(), "c.cubin", 0, nullptr, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_EQ(lastLoad(), "load cuLinkAddData binary");
+  // A new link (the same handle after cuLinkDestroy) gets variants again.
+  ASSERT_EQ(cuGetProcAddress("cuLinkDestroy", &Fn, 12000, 0), CUDA_SUCCESS);
+  ASSERT_EQ(reinterpret_cast<CUresult (*)(CUlinkState)>(Fn)(St), CUDA_SUCCESS);
+  ASSERT_EQ(Add(St, CU_JIT_INPUT_PTX, Ptx.data(), Ptx.size() + 1, "a.ptx", 0, nullptr, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_NE(lastLoad().find("variants=1"), std::string::npos) << lastLoad();
+}
+
+TEST(RuntimePtx, ARejectedModuleWithVariantsLoadsTheOriginal) {
+  std::string Ptx = testPtx();
+  ASSERT_FALSE(Ptx.empty());
+  fake_reject_variants(1);
+  fake_log_clear();
+  CUmodule M = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&M, Ptx.c_str()), CUDA_SUCCESS);
+  fake_reject_variants(0);
+  std::vector<std::string> Loads;
+  for (const std::string &L : logLines())
+    if (L.rfind("load ", 0) == 0)
+      Loads.push_back(L);
+  ASSERT_EQ(Loads.size(), 2u);
+  EXPECT_NE(Loads[0].find("variants=1"), std::string::npos);
+  EXPECT_EQ(Loads[1], "load cuModuleLoadData bytes=" + std::to_string(Ptx.size()) +
+                          " variants=0 ptx=1");
+  // A launch, so the statistics are written at exit (they count the loads).
+  Module K("ptx_then_launch");
+  std::vector<int> Out(8, 0);
+  ASSERT_EQ(launchDirect(K.K, Out, 8), CUDA_SUCCESS);
+  fake_sync();
+}
+
+TEST(RuntimePtxOff, ModulesLoadAsTheyCame) {
+  std::string Ptx = testPtx();
+  ASSERT_FALSE(Ptx.empty());
+  CUmodule M = nullptr;
+  ASSERT_EQ(cuModuleLoadData(&M, Ptx.c_str()), CUDA_SUCCESS);
+  EXPECT_EQ(lastLoad(), "load cuModuleLoadData bytes=" + std::to_string(Ptx.size()) +
+                            " variants=0 ptx=1");
+}

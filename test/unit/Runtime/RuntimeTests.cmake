@@ -13,7 +13,7 @@ add_executable(RuntimeTests RuntimeTest.cpp)
 target_include_directories(RuntimeTests SYSTEM PRIVATE ${TALLY_RT_CUDA_INCLUDE})
 target_link_libraries(RuntimeTests PRIVATE fakecuda TallyRuntimeCore GTest::gtest_main
                       ${CMAKE_DL_LIBS} pthread)
-add_dependencies(RuntimeTests tally-runtime)
+add_dependencies(RuntimeTests tally-runtime tally-opt)
 
 # Each test's own segment folder and profile cache (never the user's).
 set(_rt_dir ${CMAKE_CURRENT_BINARY_DIR}/rt)
@@ -86,4 +86,21 @@ set_tests_properties(runtime-schedule-hp PROPERTIES
 add_test(NAME runtime-schedule-hp-own-stream COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
 set_tests_properties(runtime-schedule-hp-own-stream PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp2;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=gpu"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+
+# PTX loaded at run time: the real tally-opt of this build transforms it
+# (best-effort, the default priority); an HP process loads it as it came.
+set(_ptx_env "${_rt_env};TALLY_OPT=$<TARGET_FILE:tally-opt>;TALLY_CACHE_DIR=${_rt_dir}/cache-ptx;TALLY_TEST_PTX=${PROJECT_SOURCE_DIR}/test/outside-ptx/triton/triton_006_add.ptx")
+add_test(NAME runtime-ptx COMMAND RuntimeTests --gtest_filter=RuntimePtx.*)
+set_tests_properties(runtime-ptx PROPERTIES
+  ENVIRONMENT "${_ptx_env};TALLY_SHM_DIR=${_rt_dir}/shm-ptx;TALLY_STATS=1"
+  PASS_REGULAR_EXPRESSION "run-time PTX: 6 modules, 6 transformed \\([0-9] from the cache.*1 of the transformed rejected by the driver.*1 later PTX inputs of a link"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-ptx-hp COMMAND RuntimeTests --gtest_filter=RuntimePtxOff.*)
+set_tests_properties(runtime-ptx-hp PROPERTIES
+  ENVIRONMENT "${_ptx_env};TALLY_SHM_DIR=${_rt_dir}/shm-ptx-hp;TALLY_PRIORITY=high"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-ptx-off COMMAND RuntimeTests --gtest_filter=RuntimePtxOff.*)
+set_tests_properties(runtime-ptx-off PROPERTIES
+  ENVIRONMENT "${_ptx_env};TALLY_SHM_DIR=${_rt_dir}/shm-ptx-off;TALLY_RUNTIME_PTX=0"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""serve.py - the PyTorch HP (latency-critical) inference service of the
+co-location benchmark (scripts/gpu-colocate.sh): ResNet-50 or a BERT-base
+sized encoder, written by hand with random weights (workloads.py), eager,
+eval mode, torch.inference_mode, bf16 weights and activations by default
+(--dtype), on CUDA. One request = one forward pass of one batch, waited for
+with the stream's synchronize.
+
+  capacity mode (or --rate 0): requests back to back for S seconds; prints
+      `hp: capacity C req/s`.
+  poisson mode (--rate R > 0): an open loop: arrival times at exponential
+      gaps of mean 1/R (seeded); each request is issued at its arrival, or
+      when the previous one is done if the service is busy (it queues);
+      latency = completion - scheduled arrival (time.perf_counter).
+
+Output: the lines and the --csv file of the C++ hp-serve, so that
+gpu-colocate.sh and colocate-report.py read both (see workloads.py):
+  hp: settings ... / hp: window START END / hp: requests N rate R p50 X
+  p99 Y p999 Z mean M max W us / hp: capacity C req/s (closed loop)
+It takes hp-serve's options --rate, --duration (= --seconds), --csv, --seed,
+--warmup, --drain, so `serve.py --model M` can stand where hp-serve's
+command line stands. There is no start handshake, as with hp-serve:
+gpu-colocate.sh starts the HP process LEAD s after BE's first progress line;
+this process's start-up (import, CUDA context, model, warmup) happens while
+BE runs, and its measurement window (the `# window` line) starts after it.
+
+Run:
+  python3 benchmarks/torch/serve.py --model resnet50 --mode capacity --seconds 5
+  python3 benchmarks/torch/serve.py --model bert --rate 150 --seconds 15 \\
+      --csv bert.hp.csv
+  tally run --priority=high -- python3 benchmarks/torch/serve.py ...
+"""
+
+import argparse
+import os
+import sys
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="serve.py",
+        description="PyTorch HP inference service: closed-loop capacity or Poisson "
+                    "arrivals; prints hp-serve's summary lines, writes its CSV.")
+    p.add_argument("--model", choices=("resnet50", "bert"), default="resnet50",
+                   help="the service (default resnet50)")
+    p.add_argument("--mode", choices=("capacity", "poisson"),
+                   help="capacity: closed loop; poisson: open loop at --rate "
+                        "(default: poisson when --rate > 0, else capacity)")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="Poisson arrivals, requests/s; 0: closed loop (default 0)")
+    p.add_argument("--seconds", "--duration", dest="seconds", type=float, default=10.0,
+                   help="measure for S seconds (default 10)")
+    p.add_argument("--csv", help="write every latency (us) to this file, one per line")
+    p.add_argument("--batch", type=int, default=1, help="batch per request (default 1)")
+    p.add_argument("--warmup", type=int, default=50,
+                   help="requests before the measurement (default 50)")
+    p.add_argument("--drain", type=float, default=2.0,
+                   help="poisson: requests of the window not done S s after it are "
+                        "counted unserved, latency a lower bound (default 2)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed of the arrival times and the weights (default 1)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16",
+                   help="weights and activations (default bf16)")
+    p.add_argument("--device", default="cuda",
+                   help="cuda (default); cpu only to check the code without a GPU")
+    a = p.parse_args(argv)
+    if a.mode is None:
+        a.mode = "poisson" if a.rate > 0 else "capacity"
+    if a.mode == "poisson" and a.rate <= 0:
+        p.error("--mode poisson needs --rate > 0")
+    if a.mode == "capacity" and a.rate != 0:
+        p.error("--mode capacity is a closed loop: leave out --rate (or pass 0)")
+    if a.seconds <= 0 or a.batch < 1 or a.warmup < 0 or a.drain < 0 or a.rate < 0:
+        p.error("--seconds and --batch must be positive, --warmup, --drain and "
+                "--rate not negative")
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        sys.exit("serve: error: PyTorch (torch) is not importable")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import workloads as w
+
+    device = w.resolve_device(a.device, "serve")
+    service = w.Service(a.model, a.batch, w.DTYPES[a.dtype], device, a.seed)
+    sync = w.make_sync(device)
+    settings = w.hp_settings(service, a.rate, a.seed, a.seconds, a.warmup, a.drain,
+                             "default", device)
+    with torch.inference_mode():
+        lat, unserved, start, end = w.run_hp(service.request, sync, a.rate, a.seconds,
+                                             a.warmup, a.drain, a.seed, spin=True)
+    return w.report_hp(lat, unserved, start, end, a.rate, a.drain, settings, a.csv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
