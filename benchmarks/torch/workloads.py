@@ -408,7 +408,7 @@ class Trainer:
     """A GPT trained on a fixed pool of random token batches (it learns them
     by heart, so the loss falls), AdamW, bf16 autocast, fixed seed."""
 
-    def __init__(self, device, layers=6, dim=768, heads=12, seq=256, batch=32,
+    def __init__(self, device, layers=6, dim=768, heads=12, seq=256, batch=64,
                  vocab=8192, lr=3e-4, seed=1, pool=8, autocast=True):
         torch.manual_seed(seed)
         self.device = device
