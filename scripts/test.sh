@@ -5,7 +5,7 @@
 #      through ptxas (../shared/corpus), GPU tests (skipped without a GPU),
 #   3. ASan+UBSan build with clang: lit and unit tests again, the corpus
 #      parse + fixed point, and a time-boxed libFuzzer run of each fuzzer.
-# Set TALLY_FUZZ_SECONDS (default 60 per fuzzer) to change the fuzz budget.
+# Set TALLY_FUZZ_SECONDS (default 45 per fuzzer) to change the fuzz budget.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -30,7 +30,7 @@ ctest --test-dir build-asan --output-on-failure -j"$jobs" -E corpus-roundtrip
 python3 test/corpus/roundtrip.py --no-ptxas \
   --tally-opt build-asan/bin/tally-opt --cubin-compare build-asan/bin/cubin-compare
 
-echo "== fuzzing (ASan+UBSan, ${TALLY_FUZZ_SECONDS:-60} s per target)"
+echo "== fuzzing (ASan+UBSan, ${TALLY_FUZZ_SECONDS:-45} s per target)"
 fuzzdir=$(mktemp -d)
 trap 'rm -rf "$fuzzdir"' EXIT
 # Seeds for the fatbin reader: small fatbins in every compression mode and
@@ -65,10 +65,12 @@ for fuzzer in build-asan/bin/*-fuzzer; do
     seeds=(../shared/corpus/ptx/cupy ../shared/corpus/ptx/triton-hopper test/outside-ptx/triton)
   elif [[ $name == fatbin-fuzzer ]]; then
     seeds=("$fuzzdir/seeds-fatbin")
+  elif [[ $name == runtime-ptxcache-fuzzer ]]; then
+    seeds=(test/outside-ptx/triton)
   elif [[ $name == runtime-metadata-fuzzer ]]; then
     seeds=("$fuzzdir/seeds-metadata")
   fi
-  if ! "$fuzzer" -max_total_time="${TALLY_FUZZ_SECONDS:-60}" -max_len=65536 \
+  if ! "$fuzzer" -max_total_time="${TALLY_FUZZ_SECONDS:-45}" -max_len=65536 \
       -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$fuzzdir/$name-" \
       "$fuzzdir/$name" "${seeds[@]}" \
       >"$fuzzdir/$name.log" 2>&1; then

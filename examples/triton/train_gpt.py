@@ -36,6 +36,12 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mm-configs", type=int, default=0,
+                    help="autotune at most this many Triton GEMM configurations per "
+                         "shape (0: Inductor's default list; fewer compile faster)")
+    ap.add_argument("--no-coordinate-descent", action="store_true",
+                    help="max-autotune without its coordinate-descent tuning of pointwise "
+                         "and reduction kernels (far fewer compilations)")
     ap.add_argument("--eager", action="store_true",
                     help="no torch.compile (PyTorch's own kernels: no PTX)")
     a = ap.parse_args()
@@ -46,6 +52,13 @@ def main():
     import torch._inductor.config as ic
 
     ic.max_autotune_gemm_backends = "TRITON"
+    if a.mm_configs:
+        tc = getattr(ic, "test_configs", None)
+        if tc is not None and hasattr(tc, "max_mm_configs"):
+            tc.max_mm_configs = a.mm_configs
+        else:
+            print("warning: this Inductor has no test_configs.max_mm_configs; "
+                  "--mm-configs ignored", file=sys.stderr)
     torch.manual_seed(a.seed)
     dev = "cuda"
 
@@ -92,13 +105,18 @@ def main():
 
     # The forward (and through AOTAutograd the backward) and the optimizer
     # step, compiled.
-    fwd = model if a.eager else torch.compile(model, mode="max-autotune-no-cudagraphs")
+    if a.no_coordinate_descent:
+        how = {"options": {"max_autotune": True, "triton.cudagraphs": False,
+                           "coordinate_descent_tuning": False}}
+    else:
+        how = {"mode": "max-autotune-no-cudagraphs"}
+    fwd = model if a.eager else torch.compile(model, **how)
 
     def opt_step():
         opt.step()
 
     if not a.eager:
-        opt_step = torch.compile(opt_step, mode="max-autotune-no-cudagraphs")
+        opt_step = torch.compile(opt_step, **how)
 
     def train_step(idx, tgt):
         with torch.autocast("cuda", dtype=torch.bfloat16):
