@@ -130,8 +130,14 @@ PtxHash hashPtx(std::string_view Text) {
 std::string ptxTarget(std::string_view Ptx) {
   Scanner Sc{Ptx};
   for (std::string_view T = Sc.next(); !T.empty(); T = Sc.next())
-    if (T == ".target")
-      return std::string(Sc.next());
+    if (T == ".target") {
+      // A target is an identifier (sm_90a); anything else, such as a string
+      // literal in malformed PTX, is no target at all.
+      std::string_view N = Sc.next();
+      if (N.empty() || !isIdent(N[0]))
+        return std::string();
+      return std::string(N);
+    }
   return std::string();
 }
 

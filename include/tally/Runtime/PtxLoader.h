@@ -55,7 +55,7 @@ struct PtxHash {
 PtxHash hashPtx(std::string_view Text);
 
 /// The `.target` of \p Ptx's first such directive ("sm_80", "sm_90a"), or
-/// "" when there is none.
+/// "" when there is none or it is not an identifier.
 std::string ptxTarget(std::string_view Ptx);
 
 /// Every `.entry` name in \p Ptx, in order (a plain scan; comments and

@@ -109,6 +109,10 @@ TEST(PtxImage, ScansTargetAndEntries) {
   EXPECT_EQ(ptxTarget(NvccPtx), "sm_90");
   EXPECT_EQ(ptxTarget(".version 8.0\n.target sm_90a, texmode_independent\n"), "sm_90a");
   EXPECT_EQ(ptxTarget(".version 8.0\n"), "");
+  // Malformed PTX: a string literal (found by runtime-ptxcache-fuzzer) or a
+  // punctuation mark where the target belongs is no target.
+  EXPECT_EQ(ptxTarget(".version 8.0\n.target \"a b\"\n"), "");
+  EXPECT_EQ(ptxTarget(".version 8.0\n.target , sm_90\n"), "");
   EXPECT_EQ(ptxEntryNames(NvccPtx), (std::vector<std::string>{"k1", "_Z2k2Pi"}));
   EXPECT_EQ(ptxEntryNames(".file 1 \".entry x\"\n.entry $y ()"), std::vector<std::string>{"$y"});
 }
