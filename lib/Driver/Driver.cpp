@@ -64,12 +64,11 @@ Error embedMetadata(ptx::Module &M, StringRef YAML) {
 
 /// ptxas rejected a transformed module: if it rejects the input too, say so
 /// with the input's name and lines; otherwise it is a Tally bug.
-Error explainPtxasFailure(Error E, StringRef Original, StringRef Name, StringRef Arch,
-                          StringRef Ptxas) {
-  auto R = runPtxas(Ptxas, Original, Arch, /*Relocatable=*/true, Name);
+Error explainPtxasFailure(Error E, StringRef Original, StringRef Name, const BudgetOptions &B) {
+  auto R = runPtxas(B.Ptxas, Original, B.Arch, B.Relocatable, Name, B.Options);
   if (!R) {
     consumeError(std::move(E));
-    return error(Name + ": the input does not compile with ptxas (" + Arch + "):\n" +
+    return error(Name + ": the input does not compile with ptxas (" + B.Arch + "):\n" +
                  toString(R.takeError()));
   }
   return error(Name + ": internal error: ptxas accepts the input but rejects its "
@@ -84,7 +83,19 @@ struct ModuleOutput {
   std::string Analysis;
   StringMap<uint64_t> Stats;
   bool HasVariants = false;
+  std::string Cubin; ///< with KeepCubin, when it is of Text
 };
+
+/// The metadata's YAML without the resources ptxas reported.
+std::string yamlWithoutResources(const Metadata &Meta) {
+  Metadata Copy = Meta;
+  for (KernelRecord &K : Copy.Kernels) {
+    K.OriginalRes.clear();
+    for (VariantRecord &V : K.Variants)
+      V.Res.clear();
+  }
+  return Copy.toYAML();
+}
 
 Expected<ModuleOutput> compileModule(StringRef Text, StringRef Name,
                                      const CompileOptions &O, bool RequirePtxas) {
@@ -113,10 +124,31 @@ Expected<ModuleOutput> compileModule(StringRef Text, StringRef Name,
     B.Slack = O.RegisterSlack;
     if (B.Arch.empty())
       return error(Name + ": no .target in the module; pass --arch");
-    if (Error E = applyRegisterBudget(**M, Ctx.Meta, B))
-      return explainPtxasFailure(std::move(E), Text, Name, B.Arch, B.Ptxas);
+    B.Options = O.PtxasOptions;
+    BudgetOutcome Last;
+    std::string Embedded;
+    if (O.KeepCubin) {
+      // The metadata goes in first, so that the budget compiles the final
+      // module; it cannot hold the resources the budget finds.
+      B.Relocatable = false;
+      Embedded = yamlWithoutResources(Ctx.Meta);
+      if (Error E = embedMetadata(**M, Embedded))
+        return std::move(E);
+    }
+    if (Error E = applyRegisterBudget(**M, Ctx.Meta, B, O.KeepCubin ? &Last : nullptr))
+      return explainPtxasFailure(std::move(E), Text, Name, B);
+    if (O.KeepCubin) {
+      std::string Now = yamlWithoutResources(Ctx.Meta);
+      if (Now != Embedded) {
+        // Variants were dropped: the module changes, and so must its cubin.
+        if (Error E = embedMetadata(**M, Now))
+          return std::move(E);
+      } else if (Last.CubinIsOfModule) {
+        Out.Cubin = std::move(Last.Cubin);
+      }
+    }
   }
-  if (Out.HasVariants && O.EmbedMetadata)
+  if (Out.HasVariants && O.EmbedMetadata && !O.KeepCubin)
     if (Error E = embedMetadata(**M, Ctx.Meta.toYAML()))
       return std::move(E);
   raw_string_ostream TOS(Out.Text);
@@ -207,9 +239,13 @@ Error transformFatbin(FatbinFile &F, StringRef Name, const CompileOptions &O,
         break;
       FatbinEntry &Old = Cont.Entries[CI];
       std::string Arch = Old.archName();
-      auto Res = runPtxas(*Ptxas, Mod->Text, Arch, isRelocatableELF(Old.Payload));
+      BudgetOptions B;
+      B.Ptxas = *Ptxas;
+      B.Arch = Arch;
+      B.Relocatable = isRelocatableELF(Old.Payload);
+      auto Res = runPtxas(B.Ptxas, Mod->Text, Arch, B.Relocatable);
       if (!Res) {
-        Err = explainPtxasFailure(Res.takeError(), *Text, EntryName, Arch, *Ptxas);
+        Err = explainPtxasFailure(Res.takeError(), *Text, EntryName, B);
         break;
       }
       // The original kernels must keep their machine code, up to addresses
@@ -285,6 +321,7 @@ Expected<CompileResult> compileInput(MemoryBufferRef Input, const CompileOptions
     if (!Mod)
       return Mod.takeError();
     R.Output = Mod->Text;
+    R.Cubin = std::move(Mod->Cubin);
     mergeInto(R, std::move(*Mod));
     return std::move(R);
   }

@@ -9,6 +9,7 @@
 
 #include "tally/Driver/PtxasWrapper.h"
 
+#include <algorithm>
 #include <cstring>
 
 using namespace llvm;
@@ -140,6 +141,7 @@ PtxasCommand parsePtxasCommand(const std::vector<std::string> &Args) {
       Pass("unknown option '" + A.str() + "'");
       continue;
     }
+    const int OptionIndex = I;
     int ValueIndex = I;
     std::string Prefix = HasValue ? A.take_front(A.size() - Value.size()).str() : "";
     if (takesValue(O->R) && !HasValue) {
@@ -153,6 +155,11 @@ PtxasCommand parsePtxasCommand(const std::vector<std::string> &Args) {
     } else if (!takesValue(O->R) && HasValue) {
       Pass("option '" + Name.str() + "' with a value");
       continue;
+    }
+    if (O->R == Role::Output || O->R == Role::Arch || O->R == Role::Verbose) {
+      C.IOWords.push_back(OptionIndex);
+      if (ValueIndex != OptionIndex)
+        C.IOWords.push_back(ValueIndex);
     }
     switch (O->R) {
     case Role::Output:
@@ -180,6 +187,7 @@ PtxasCommand parsePtxasCommand(const std::vector<std::string> &Args) {
   } else {
     C.InputIndex = Positional[0];
     C.Input = Args[Positional[0]];
+    C.IOWords.push_back(C.InputIndex);
   }
   if (C.Passthrough.empty() && (C.Output.empty() || C.Output == "-"))
     Pass("output to standard output");
@@ -212,6 +220,14 @@ std::string filterVariantReport(StringRef Log) {
     if (HadNewline)
       Out += '\n';
   }
+  return Out;
+}
+
+std::vector<std::string> optionsWithoutIO(const PtxasCommand &C) {
+  std::vector<std::string> Out;
+  for (int I = 0; I < int(C.Args.size()); ++I)
+    if (std::find(C.IOWords.begin(), C.IOWords.end(), I) == C.IOWords.end())
+      Out.push_back(C.Args[I]);
   return Out;
 }
 

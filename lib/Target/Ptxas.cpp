@@ -87,7 +87,8 @@ std::map<std::string, EntryReport, std::less<>> parsePtxasLog(StringRef Log) {
 }
 
 Expected<PtxasResult> runPtxas(StringRef Ptxas, StringRef Ptx, StringRef Arch,
-                               bool Relocatable, StringRef DisplayName) {
+                               bool Relocatable, StringRef DisplayName,
+                               ArrayRef<std::string> Options) {
   SmallString<128> In, Out, Log;
   if (std::error_code EC = sys::fs::createTemporaryFile("tally", "ptx", In))
     return errorCodeToError(EC);
@@ -109,6 +110,8 @@ Expected<PtxasResult> runPtxas(StringRef Ptxas, StringRef Ptx, StringRef Arch,
   SmallVector<StringRef, 8> Args = {Ptxas, "-v"};
   if (Relocatable)
     Args.push_back("-c");
+  for (const std::string &O : Options)
+    Args.push_back(O);
   Args.append({ArchFlag, "-o", Out, In});
   std::optional<StringRef> Redirects[] = {std::nullopt, StringRef(Log), StringRef(Log)};
   std::string ErrMsg;
@@ -202,15 +205,28 @@ static unsigned directiveValue(const ptx::Function &F, StringRef Name) {
   return V;
 }
 
-static Expected<PtxasResult> compile(ptx::Module &M, const BudgetOptions &O) {
+static std::string printed(const ptx::Module &M) {
   std::string Text;
   raw_string_ostream OS(Text);
   ptx::printModule(M, OS);
-  return runPtxas(O.Ptxas, Text, O.Arch);
+  return Text;
 }
 
-Error applyRegisterBudget(ptx::Module &M, Metadata &Meta, const BudgetOptions &O) {
-  auto R0 = compile(M, O);
+static Expected<PtxasResult> compile(ptx::Module &M, const BudgetOptions &O,
+                                     std::string *Text = nullptr) {
+  std::string T = printed(M);
+  auto R = runPtxas(O.Ptxas, T, O.Arch, O.Relocatable, "", O.Options);
+  if (Text)
+    *Text = std::move(T);
+  return R;
+}
+
+Error applyRegisterBudget(ptx::Module &M, Metadata &Meta, const BudgetOptions &O,
+                          BudgetOutcome *Outcome) {
+  // The text of the last compilation, kept only when a caller wants it.
+  std::string LastText;
+  std::string *Keep = Outcome ? &LastText : nullptr;
+  auto R0 = compile(M, O, Keep);
   if (!R0)
     return R0.takeError();
   struct Capped {
@@ -241,7 +257,7 @@ Error applyRegisterBudget(ptx::Module &M, Metadata &Meta, const BudgetOptions &O
   }
   PtxasResult Final = std::move(*R0);
   if (!Caps.empty()) {
-    auto R1 = compile(M, O);
+    auto R1 = compile(M, O, Keep);
     if (!R1)
       return R1.takeError();
     bool Undo = false;
@@ -253,7 +269,7 @@ Error applyRegisterBudget(ptx::Module &M, Metadata &Meta, const BudgetOptions &O
       }
     }
     if (Undo) {
-      R1 = compile(M, O);
+      R1 = compile(M, O, Keep);
       if (!R1)
         return R1.takeError();
     }
@@ -303,6 +319,11 @@ Error applyRegisterBudget(ptx::Module &M, Metadata &Meta, const BudgetOptions &O
     return !Called;
   });
 
+  if (Outcome) {
+    Outcome->Cubin = Final.Cubin;
+    Outcome->Log = Final.Log;
+    Outcome->CubinIsOfModule = printed(M) == LastText;
+  }
   for (KernelRecord &K : Meta.Kernels) {
     if (auto It = Final.Entries.find(K.Name); It != Final.Entries.end())
       K.OriginalRes.push_back(toResources(It->second, O.Arch, M.getFunction(K.Name)));

@@ -13,6 +13,13 @@
 // why. `--version` adds a line naming tally-ptxas, so caches keyed by the
 // ptxas version (Triton's) keep kernels compiled with and without it apart.
 //
+// Time: the register budget's compilations use the user's options and the
+// metadata is embedded before them, so the budget's last cubin is the one
+// written (CompileOptions::KeepCubin; the module is compiled again only if
+// a variant was dropped after it), and the check's plain compilation runs
+// beside the transformation. TALLY_PTXAS_TIMING=1 prints one line per file
+// with the phases' times.
+//
 // The real ptxas: TALLY_PTXAS_REAL, else `ptxas` on PATH other than this
 // program, else /usr/local/cuda/bin/ptxas.
 //
@@ -24,6 +31,7 @@
 #include "tally/Passes/Pass.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -32,6 +40,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -175,38 +184,106 @@ int main(int Argc, char **Argv) {
   if (detectInputKind((*Input)->getBuffer()) != InputKind::PTX)
     fallBack(Ptxas, C, "the input is not PTX text");
 
+  const char *VerifyEnv = std::getenv("TALLY_PTXAS_VERIFY");
+  const bool Verify = !VerifyEnv || std::string(VerifyEnv) != "0";
+  const char *TimingEnv = std::getenv("TALLY_PTXAS_TIMING");
+  const bool Timing = TimingEnv && *TimingEnv && std::string(TimingEnv) != "0";
+  using Clock = std::chrono::steady_clock;
+  auto Ms = [](Clock::time_point A, Clock::time_point B) {
+    return std::chrono::duration<double, std::milli>(B - A).count();
+  };
+  const Clock::time_point T0 = Clock::now();
+
+  SmallString<128> TmpPtx, TmpCubin, TmpPlain, PlainOut, PlainErr;
+  if (!makeTemp("ptx", TmpPtx) || !makeTemp("cubin", TmpCubin) || !makeTemp("cubin", TmpPlain) ||
+      !makeTemp("out", PlainOut) || !makeTemp("err", PlainErr))
+    fallBack(Ptxas, C, "cannot create temporary files");
+
+  // The check's compilation of the input as it is runs beside the
+  // transformation: it needs nothing from it.
+  std::optional<sys::ProcessInfo> PlainJob;
+  if (Verify) {
+    std::vector<std::string> PlainArgs = rewriteCommand(C, C.Input, std::string(TmpPlain));
+    std::vector<StringRef> Argv = {Ptxas};
+    for (const std::string &A : PlainArgs)
+      Argv.push_back(A);
+    std::optional<StringRef> Redirects[] = {std::nullopt, StringRef(PlainOut), StringRef(PlainErr)};
+    std::string Msg;
+    bool Failed = false;
+    sys::ProcessInfo PI = sys::ExecuteNoWait(Ptxas, Argv, std::nullopt, Redirects, 0, &Msg, &Failed);
+    if (!Failed && PI.Pid != sys::ProcessInfo::InvalidPid)
+      PlainJob = PI;
+  }
+  // Waits for the check's compilation; nullopt when it did not run.
+  auto WaitPlain = [&]() -> std::optional<Run> {
+    if (!PlainJob)
+      return std::nullopt;
+    sys::ProcessInfo Done = sys::Wait(*PlainJob, std::nullopt);
+    PlainJob.reset();
+    if (Done.ReturnCode < 0)
+      return std::nullopt;
+    Run R;
+    R.Status = Done.ReturnCode;
+    if (auto B = MemoryBuffer::getFile(PlainOut))
+      R.Out = (*B)->getBuffer().str();
+    if (auto B = MemoryBuffer::getFile(PlainErr))
+      R.Err = (*B)->getBuffer().str();
+    return R;
+  };
+  // Every way out waits for that child first.
+  auto Fail = [&](const std::string &Why) {
+    (void)WaitPlain();
+    fallBack(Ptxas, C, Why);
+  };
+
   CompileOptions O;
   O.Pipeline = DefaultPipeline;
   O.UsePtxas = true;
   O.Ptxas = Ptxas;
   O.Arch = C.Arch;
   O.Jobs = 1;
+  // The register budget's compilation, made with the user's options, is the
+  // final cubin when nothing changed after it. Only when the check runs:
+  // without it the report shown is the variant compilation's own.
+  O.KeepCubin = Verify && !C.Arch.empty();
+  if (O.KeepCubin)
+    O.PtxasOptions = optionsWithoutIO(C);
   auto Res = compileInput((*Input)->getMemBufferRef(), O);
   if (!Res) {
     std::string Why = toString(Res.takeError());
-    fallBack(Ptxas, C, "cannot add the variants (" + StringRef(Why).split('\n').first.str() + ")");
+    Fail("cannot add the variants (" + StringRef(Why).split('\n').first.str() + ")");
   }
-  SmallString<128> TmpPtx, TmpCubin, TmpPlain;
-  if (!makeTemp("ptx", TmpPtx) || !makeTemp("cubin", TmpCubin) || !makeTemp("cubin", TmpPlain))
-    fallBack(Ptxas, C, "cannot create temporary files");
-  {
+  const Clock::time_point T1 = Clock::now();
+  std::string Report, ReportErr;
+  bool Reused = !Res->Cubin.empty();
+  if (Reused) {
     std::error_code EC;
-    raw_fd_ostream OS(TmpPtx, EC);
+    raw_fd_ostream OS(TmpCubin, EC, sys::fs::OF_None);
     if (EC)
-      fallBack(Ptxas, C, "cannot write " + std::string(TmpPtx));
-    OS << Res->Output;
+      Fail("cannot write " + std::string(TmpCubin));
+    OS << Res->Cubin;
+  } else {
+    {
+      std::error_code EC;
+      raw_fd_ostream OS(TmpPtx, EC);
+      if (EC)
+        Fail("cannot write " + std::string(TmpPtx));
+      OS << Res->Output;
+    }
+    auto Variant = runReal(Ptxas, rewriteCommand(C, std::string(TmpPtx), std::string(TmpCubin)));
+    if (!Variant || Variant->Status != 0)
+      Fail("ptxas failed on the module with variants");
+    Report = filterVariantReport(Variant->Out);
+    ReportErr = filterVariantReport(Variant->Err);
   }
-  auto Variant = runReal(Ptxas, rewriteCommand(C, std::string(TmpPtx), std::string(TmpCubin)));
-  if (!Variant || Variant->Status != 0)
-    fallBack(Ptxas, C, "ptxas failed on the module with variants");
-  std::string Report = filterVariantReport(Variant->Out);
-  std::string ReportErr = filterVariantReport(Variant->Err);
-  const char *Verify = std::getenv("TALLY_PTXAS_VERIFY");
-  if (!Verify || std::string(Verify) != "0") {
+  const Clock::time_point T2 = Clock::now();
+  if (Verify) {
     // The original kernels must compile to the same code as without Tally
     // (up to addresses the loader fills in). The plain run's report is the
     // one shown: it is exactly plain ptxas's.
-    auto Plain = runReal(Ptxas, rewriteCommand(C, C.Input, std::string(TmpPlain)));
+    auto Plain = WaitPlain();
+    if (!Plain)
+      Plain = runReal(Ptxas, rewriteCommand(C, C.Input, std::string(TmpPlain)));
     if (!Plain || Plain->Status != 0)
       execReal(Ptxas, Args); // plain ptxas fails: the user sees how
     auto A = MemoryBuffer::getFile(TmpPlain), B = MemoryBuffer::getFile(TmpCubin);
@@ -223,6 +300,13 @@ int main(int Argc, char **Argv) {
     Report = Plain->Out;
     ReportErr = Plain->Err;
   }
+  const Clock::time_point T3 = Clock::now();
+  if (Timing)
+    errs() << formatv("tally-ptxas: {0}: variants and register budget {1:f1} ms, "
+                      "{2} {3:f1} ms, check {4:f1} ms more; total {5:f1} ms\n",
+                      sys::path::filename(C.Input), Ms(T0, T1),
+                      Reused ? "budget's cubin kept, writing it" : "final ptxas", Ms(T1, T2),
+                      Ms(T2, T3), Ms(T0, T3));
   if (std::error_code EC = sys::fs::copy_file(TmpCubin, C.Output))
     fallBack(Ptxas, C, "cannot write " + C.Output + ": " + EC.message());
   removeTemps();

@@ -40,6 +40,14 @@ struct CompileOptions {
   /// Put the metadata into the module as `__tally_metadata` (a byte array
   /// holding the YAML text) so a runtime needs no side file.
   bool EmbedMetadata = true;
+  /// PTX inputs (tally-ptxas): compile whole-program with \c PtxasOptions
+  /// (the user's), with the embedded metadata already in the module, and
+  /// hand back the register budget's last cubin as CompileResult::Cubin
+  /// when it was compiled from the final module, saving a compilation. The
+  /// embedded metadata then has no `resources` (the runtime reads none);
+  /// CompileResult::Meta has them.
+  bool KeepCubin = false;
+  std::vector<std::string> PtxasOptions;
   /// Parallel ptxas runs and transformations for fatbin entries.
   unsigned Jobs = 0; ///< 0: one per core
   /// Progress lines for multi-entry inputs (nullptr: none).
@@ -52,6 +60,9 @@ struct CompileResult {
   std::string Analysis; ///< what printer passes printed
   llvm::StringMap<uint64_t> Stats;
   std::vector<std::string> Warnings;
+  /// With KeepCubin: the cubin of Output, or empty when the last
+  /// compilation was not of the final module.
+  std::string Cubin;
 };
 
 /// Transforms \p Input (named \p Name in messages) whatever its kind.

@@ -35,6 +35,9 @@ struct PtxasCommand {
   std::string OutputPrefix;     ///< text before the value in that word
   std::string Arch;             ///< --gpu-name (empty: ptxas's default)
   bool Verbose = false;         ///< -v
+  /// Indexes in Args of the words optionsWithoutIO() leaves out: the input,
+  /// -o, --gpu-name and -v with their values.
+  std::vector<int> IOWords;
   /// Why the command is run as it is, without variants ("" : transform).
   std::string Passthrough;
 };
@@ -51,6 +54,10 @@ PtxasCommand parsePtxasCommand(const std::vector<std::string> &Args);
 /// counts the `__tally_metadata` global too.
 std::string filterVariantReport(llvm::StringRef Log);
 
+/// The command's options without the input, the output, the architecture
+/// and -v: what tally-opt's own ptxas runs pass on so that they compile
+/// exactly as the user's command would.
+std::vector<std::string> optionsWithoutIO(const PtxasCommand &C);
 /// The command line with the input and the output file replaced.
 std::vector<std::string> rewriteCommand(const PtxasCommand &C, const std::string &Input,
                                         const std::string &Output);

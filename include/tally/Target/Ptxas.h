@@ -12,6 +12,7 @@
 #include "tally/Metadata/Metadata.h"
 #include "tally/PTX/IR.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
 #include <map>
@@ -44,10 +45,12 @@ llvm::Expected<std::string> findPtxas(llvm::StringRef Explicit = "");
 /// Compiles \p Ptx for \p Arch (`sm_90a`) with `-v`, as relocatable code
 /// (`-c`, which also accepts modules with external calls) or as an
 /// executable cubin.
-/// \p DisplayName replaces the temporary file's name in ptxas's messages.
+/// \p DisplayName replaces the temporary file's name in ptxas's messages;
+/// \p Options go to ptxas before the architecture (e.g. `-lineinfo`).
 llvm::Expected<PtxasResult> runPtxas(llvm::StringRef Ptxas, llvm::StringRef Ptx,
                                      llvm::StringRef Arch, bool Relocatable = true,
-                                     llvm::StringRef DisplayName = "");
+                                     llvm::StringRef DisplayName = "",
+                                     llvm::ArrayRef<std::string> Options = {});
 
 /// Parses the `ptxas -v` log (exposed for tests).
 std::map<std::string, EntryReport, std::less<>> parsePtxasLog(llvm::StringRef Log);
@@ -63,6 +66,21 @@ struct BudgetOptions {
   std::string Arch;
   /// A variant may use max(round up(original, 8), original + Slack) registers.
   unsigned Slack = 4;
+  /// Compile as relocatable code (`-c`: also accepts modules with external
+  /// calls), or whole-program as a loadable cubin.
+  bool Relocatable = true;
+  /// More ptxas options (a user's command line, for tally-ptxas).
+  std::vector<std::string> Options;
+};
+
+/// The last compilation the budget made, for callers that can use it as
+/// their final cubin.
+struct BudgetOutcome {
+  std::string Cubin;
+  std::string Log;
+  /// Whether Cubin was compiled from exactly the module as it stands after
+  /// the budget (false where variants were dropped after it).
+  bool CubinIsOfModule = false;
 };
 
 /// Compiles \p M, caps the registers of every variant that grew past its
@@ -70,7 +88,8 @@ struct BudgetOptions {
 /// than its original), and records the final resources of originals and
 /// variants in \p Meta.
 llvm::Error applyRegisterBudget(ptx::Module &M, Metadata &Meta,
-                                const BudgetOptions &Opts);
+                                const BudgetOptions &Opts,
+                                BudgetOutcome *Outcome = nullptr);
 
 } // namespace tally
 

@@ -89,6 +89,20 @@ TEST(PtxasCommand, Rewrite) {
   EXPECT_EQ(rewriteCommand(C, "x.ptx", "y.o"), (Args{"x.ptx", "-o", "y.o"}));
 }
 
+TEST(PtxasCommand, OptionsWithoutIO) {
+  // Triton's line: what is left changes code (-lineinfo, --fmad, -O).
+  PtxasCommand C = parsePtxasCommand(
+      {"-lineinfo", "--fmad=false", "-v", "--gpu-name=sm_90a", "/tmp/k.ptx", "-o", "/tmp/k.o"});
+  EXPECT_EQ(optionsWithoutIO(C), (Args{"-lineinfo", "--fmad=false"}));
+  C = parsePtxasCommand({"--output-file", "a.cubin", "--verbose", "-dlcm=cg", "--gpu-name",
+                         "sm_90a", "k.ptx", "-maxrregcount", "64", "-O3"});
+  EXPECT_EQ(optionsWithoutIO(C), (Args{"-dlcm=cg", "-maxrregcount", "64", "-O3"}));
+  C = parsePtxasCommand({"-g", "--opt-level", "0", "-arch", "sm_90", "-o=out.cubin", "k.ptx"});
+  EXPECT_EQ(optionsWithoutIO(C), (Args{"-g", "--opt-level", "0"}));
+  C = parsePtxasCommand({"k.ptx"});
+  EXPECT_EQ(optionsWithoutIO(C), Args{});
+}
+
 TEST(PtxasReport, VariantFunctionsAreDropped) {
   const char *Log =
       "ptxas info    : 1492 bytes gmem\n"
