@@ -168,6 +168,14 @@ Choice Policy::choose(const LaunchShape &S) {
   }
   Choice C = Cands[Best];
   Decided[S.Key] = C;
+  Decision Made;
+  Made.Key = S.Key;
+  Made.Chosen = C.name();
+  Made.ChosenNs = Ms[Best].BestNs;
+  Made.OriginalNs = Ms.front().BestNs; // candidates() puts the original first
+  Made.TurnaroundUs = turnaroundUs(S, C, Ms[Best].BestNs);
+  Made.MeetsTarget = Made.TurnaroundUs <= Cfg.TurnaroundUs;
+  Decisions.push_back(std::move(Made));
   ++Hits;
   return C;
 }

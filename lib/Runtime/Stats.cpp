@@ -148,11 +148,21 @@ void Runtime::Impl::writeStats() {
                  "us, p99 %.1f us, max %.1f us\n",
                  Lat.size(), Pct(0.5), Pct(0.99), Lat.back());
   uint64_t Hits = 0, Misses = 0;
+  std::vector<double> Costs; // each decision's cost over the original
+  size_t WithinTarget = 0, Over5 = 0;
   if (Co.Pol) {
     std::lock_guard<std::mutex> G(Co.PolMu);
     Hits = Co.Pol->profileHits();
     Misses = Co.Pol->profileMisses();
+    for (const Decision &D : Co.Pol->decisions()) {
+      Costs.push_back(D.costOverOriginal());
+      WithinTarget += D.MeetsTarget;
+      Over5 += D.costOverOriginal() > 0.05;
+    }
   }
+  std::sort(Costs.begin(), Costs.end());
+  const double CostP50 = Costs.empty() ? 0.0 : Costs[Costs.size() / 2];
+  const double CostMax = Costs.empty() ? 0.0 : Costs.back();
   // HP: launch call to completion seen, per launch (the turnaround thread
   // has been joined).
   std::vector<double> Turn = Co.TurnaroundUs;
@@ -188,6 +198,12 @@ void Runtime::Impl::writeStats() {
                    (unsigned long long)Co.SmallGrid[0].load(),
                    (unsigned long long)Co.SmallGrid[1].load(),
                    (unsigned long long)Co.SmallGrid[2].load(), Co.Mps ? "; MPS on" : "; no MPS");
+  if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())
+    std::fprintf(E,
+                 "tally: profile choices for %zu launch shapes: the chosen form's best time over "
+                 "the original's, median %+.1f %%, max %+.1f %% (%zu above +5 %%); %zu within "
+                 "the turnaround target\n",
+                 Costs.size(), 100 * CostP50, 100 * CostMax, Over5, WithinTarget);
   }
   if (Cfg.StatsFile.empty())
     return;
@@ -224,6 +240,9 @@ void Runtime::Impl::writeStats() {
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
                "\"profile_hits\": %llu, \"profile_misses\": %llu, "
+               "\"choices\": {\"count\": %zu, \"cost_over_original_p50\": %.6f, "
+               "\"cost_over_original_max\": %.6f, \"over_5_percent\": %zu, "
+               "\"within_target\": %zu}, "
                "\"hp_turnaround_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
                "\"p999\": %.3f, \"max\": %.3f}},\n"
                "  \"kernels\": [",
@@ -237,7 +256,8 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.SmallGrid[0].load(),
                (unsigned long long)Co.SmallGrid[1].load(),
                (unsigned long long)Co.SmallGrid[2].load(), (unsigned long long)Hits,
-               (unsigned long long)Misses, Turn.size(), TPct(0.5),
+               (unsigned long long)Misses, Costs.size(), CostP50, CostMax, Over5, WithinTarget,
+               Turn.size(), TPct(0.5),
                TPct(0.99), TPct(0.999), Turn.empty() ? 0.0 : Turn.back());
   for (size_t I = 0; I < Rows.size(); ++I) {
     const Row &R = Rows[I];

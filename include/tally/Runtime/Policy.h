@@ -87,6 +87,21 @@ struct Choice {
   }
 };
 
+/// A choice made from a complete profile, with what it costs: the chosen
+/// form's fastest time against the original's (both measured while HP was
+/// idle) and its estimated turnaround.
+struct Decision {
+  ProfileKey Key;
+  std::string Chosen; ///< Choice::name()
+  uint64_t ChosenNs = 0, OriginalNs = 0;
+  double TurnaroundUs = 0;
+  bool MeetsTarget = false;
+  /// ChosenNs / OriginalNs - 1 (0.03: 3 % slower than the original).
+  double costOverOriginal() const {
+    return OriginalNs ? double(ChosenNs) / double(OriginalNs) - 1.0 : 0.0;
+  }
+};
+
 class Policy {
 public:
   enum class Mode { Free, Guarded };
@@ -117,6 +132,9 @@ public:
   /// measurements (for the statistics).
   uint64_t profileHits() const { return Hits; }
   uint64_t profileMisses() const { return Misses; }
+  /// Every choice made from a complete profile, once per launch shape, in
+  /// the order made.
+  const std::vector<Decision> &decisions() const { return Decisions; }
   const PolicyConfig &config() const { return Cfg; }
 
 private:
@@ -132,6 +150,7 @@ private:
   std::map<std::pair<ProfileKey, std::string>, Measurement> Local;
   /// Decisions made from complete profiles.
   std::map<ProfileKey, Choice> Decided;
+  std::vector<Decision> Decisions;
   bool Present = false, Active = false;
   uint64_t LastActive = 0, Arrivals = 0;
   bool SeenArrivals = false;

@@ -224,6 +224,18 @@ TEST(PolicyChoice, FastestWithinTheTarget) {
   };
   Choice C = profile(P, S, Time);
   EXPECT_EQ(C.name(), "ptb:w=264,c=1");
+  // The decision and its cost: 2 % over the original, within the target;
+  // asking again makes no second decision.
+  EXPECT_EQ(P.choose(S), C);
+  ASSERT_EQ(P.decisions().size(), 1u);
+  const Decision &D = P.decisions().front();
+  EXPECT_EQ(D.Key, S.Key);
+  EXPECT_EQ(D.Chosen, "ptb:w=264,c=1");
+  EXPECT_EQ(D.ChosenNs, 1020 * Us);
+  EXPECT_EQ(D.OriginalNs, 1000 * Us);
+  EXPECT_NEAR(D.costOverOriginal(), 0.02, 1e-9);
+  EXPECT_NEAR(D.TurnaroundUs, 1020.0 * 264 / 10000, 0.01);
+  EXPECT_TRUE(D.MeetsTarget);
 }
 
 TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {
@@ -258,6 +270,13 @@ TEST(PolicyChoice, NoneWithinTheTarget) {
     return X.Workers == 20 ? 2000 * Us : 1400 * Us * 40 / X.Workers;
   });
   EXPECT_EQ(C.name(), "ptb:w=20,c=1");
+  // Recorded as it is: 43 % over the original, outside the target.
+  ASSERT_EQ(P2.decisions().size(), 1u);
+  EXPECT_NEAR(P2.decisions()[0].costOverOriginal(), 2000.0 / 1400 - 1, 1e-9);
+  EXPECT_FALSE(P2.decisions()[0].MeetsTarget);
+  ASSERT_EQ(P.decisions().size(), 1u);
+  EXPECT_EQ(P.decisions()[0].Chosen, "original");
+  EXPECT_EQ(P.decisions()[0].costOverOriginal(), 0.0);
 }
 
 TEST(PolicyChoice, ShapesAreProfiledApart) {

@@ -26,5 +26,12 @@ assert cands == {"original", "ptb:w=8,c=1", "ptb:w=8,c=4", "ptb:w=4,c=1", "ptb:w
 again = json.load(open(sys.argv[3]))["scheduler"]
 assert again["profile_misses"] == 0 and again["measured"] == 0, f"cache not reused: {again}"
 assert again["profile_hits"] == 21, again
+# One launch shape, decided once from the cache; its cost is reported
+# consistently (the fake driver's times are whatever the host measured).
+ch = again["choices"]
+assert ch["count"] == 1, ch
+assert ch["cost_over_original_p50"] == ch["cost_over_original_max"] > -1, ch
+assert ch["over_5_percent"] == (1 if ch["cost_over_original_max"] > 0.05 else 0), ch
+assert ch["within_target"] in (0, 1), ch
 print(f"ok: held {s['holds']}x ({s['held_ms']:.1f} ms), {s['measured']} measurements, "
       f"cache candidates {sorted(cands)}")
