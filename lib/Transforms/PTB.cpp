@@ -167,6 +167,29 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                            "mov.u32 %__tly_t1, %tid.z;\n"
                            "or.b32 %__tly_t0, %__tly_t0, %__tly_t1;\n"
                            "setp.eq.u32 %__tly_lead, %__tly_t0, 0;\n";
+  // Every warp reconverges before the body. The leader's claim leaves warp
+  // 0 split, and so may the convergence block's paths; a barrier does not
+  // reconverge a warp, and the body may start with warp-wide `.aligned`
+  // instructions (ldmatrix, mma, shfl.sync, bar.sync) whose behaviour is
+  // undefined on a split warp. The mask names the lanes the warp has: all
+  // 32, or fewer in a block's last warp (warps are cut from the linear
+  // thread id; a shift by 32 or more gives 0, so the mask is -1 then).
+  const char *WarpSyncText = "mov.u32 %__tly_t0, %tid.z;\n"
+                             "mov.u32 %__tly_t1, %ntid.y;\n"
+                             "mov.u32 %__tly_t2, %tid.y;\n"
+                             "mad.lo.u32 %__tly_t0, %__tly_t0, %__tly_t1, %__tly_t2;\n"
+                             "mov.u32 %__tly_t1, %ntid.x;\n"
+                             "mov.u32 %__tly_t2, %tid.x;\n"
+                             "mad.lo.u32 %__tly_t0, %__tly_t0, %__tly_t1, %__tly_t2;\n"
+                             "and.b32 %__tly_t0, %__tly_t0, -32;\n"
+                             "mov.u32 %__tly_t2, %ntid.y;\n"
+                             "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t2;\n"
+                             "mov.u32 %__tly_t2, %ntid.z;\n"
+                             "mul.lo.u32 %__tly_t1, %__tly_t1, %__tly_t2;\n"
+                             "sub.u32 %__tly_t1, %__tly_t1, %__tly_t0;\n"
+                             "shl.b32 %__tly_t0, 1, %__tly_t1;\n"
+                             "sub.u32 %__tly_t0, %__tly_t0, 1;\n"
+                             "bar.warp.sync %__tly_t0;\n";
   unsigned B = L.BarrierId;
   std::string Top = std::string(GridSregDecls) + SyncDeclsText +
                     ".reg .b32 %__tly_t<4>;\n"
@@ -250,7 +273,7 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
                     "$__tly_publish:\n"
                     "st.shared.u32 [__tly_slot], %__tly_t3;\n"
                     "$__tly_wait:\n" +
-                    formatv("barrier.sync {0};\n", B).str() +
+                    formatv("barrier.sync {0};\n", B).str() + WarpSyncText +
                     "ld.shared.u32 %__tly_t0, [__tly_slot];\n"
                     "setp.eq.u32 %__tly_p0, %__tly_t0, -1;\n"
                     "@%__tly_p0 bra $__tly_exit;\n" + zeroLiveIns(K, Stats);
