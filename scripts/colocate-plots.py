@@ -103,6 +103,8 @@ def be_label(be, block):
         return f"be-spin {block or be[2:]} us blocks"
     if be == "gpt":
         return "train-gpt"
+    if be == "torch":
+        return "PyTorch training (train.py)"
     return be
 
 

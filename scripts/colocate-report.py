@@ -11,11 +11,13 @@ be_rate_fraction_of_alone, notes, after `#` lines with the device, date and
 driver) and prints the same as markdown, with the checks.
 
 HP percentiles are computed here from the latencies (nearest rank, as
-hp-serve does). BE's rate is taken over HP's window (from the CSV's
-`# window` line) from BE's progress lines: be-spin's `be: t=S kernels=N
-epoch=E`, or train-gpt's `step N` lines time-stamped by the script (steps/s);
-without a window (BE alone), over the whole log. The fraction divides by the
-rate of BE alone (be_ref), measured the same way.
+hp-serve does; benchmarks/torch/serve.py writes the same CSV). BE's rate is
+taken over HP's window (from the CSV's `# window` line) from BE's progress
+lines: be-spin's `be: t=S kernels=N epoch=E` (be_kind spin), the same lines
+of benchmarks/torch/train.py where N counts training steps (be_kind torch,
+steps/s), or train-gpt's `step N` lines time-stamped by the script (be_kind
+gpt, steps/s); without a window (BE alone), over the whole log. The fraction
+divides by the rate of BE alone (be_ref), measured the same way.
 """
 
 import bisect
@@ -210,6 +212,8 @@ def main():
                     frac = rate / alone_rate[ref]
             if r["be_kind"] == "gpt":
                 notes.append("BE rate in train-gpt steps/s")
+            elif r["be_kind"] == "torch":
+                notes.append("BE rate in train.py steps/s")
         st = stats_note([p for p in r["stats"].split(",") if p])
         if st:
             notes.append(st)
@@ -251,7 +255,7 @@ def main():
         if (alone and row["hp_p99"] is not None and row is not alone
                 and not row["system"].endswith("-closed")):
             vs = f"{100 * (row['hp_p99'] / alone['hp_p99'] - 1):+.1f} %"
-        be = {"none": "-", "gpt": "train-gpt"}.get(
+        be = {"none": "-", "gpt": "train-gpt", "torch": "train.py (PyTorch)"}.get(
             row["be"], f"{row['be_block_us']} us blocks")
         cells = [row["system"], be, fmt(row["hp_p50"]), fmt(row["hp_p99"]),
                  fmt(row["hp_p999"]), fmt(row["hp_mean"]), vs,

@@ -1,39 +1,90 @@
 #!/usr/bin/env bash
-# gpu-colocate.sh - the co-location benchmark on the GPU machine: the HP
-# service (hp-serve: Poisson requests of one wave of 20 us blocks) beside a
-# BE job, under every way of sharing the GPU, with the same workloads:
+# gpu-colocate.sh - the co-location benchmark on the GPU machine: an HP
+# (latency-critical) service beside a BE (best-effort) job, under every way
+# of sharing the GPU, with the same workloads:
 #   alone       HP alone, closed loop (its capacity), then Poisson arrivals at
 #               HP_LOAD (default 0.5) of that capacity; the same under
-#               `tally run --priority=high` (the runtime's cost) and MPS
-#   be-alone    each BE alone (its throughput and checksum), plain and
-#               transformed under `tally run --priority=best-effort`
+#               `tally run --priority=high` (the runtime's cost) and, with
+#               hp-serve, as an MPS client
+#   be-alone    each BE alone (its throughput and checksum), plain and under
+#               `tally run --priority=best-effort` (be-spin.tally and
+#               train-gpt.tally transformed; train.py as it is)
 #   timeslice   HP + BE as two processes, default time slicing (no MPS)
 #   mps         HP + BE as two MPS clients
+#   mps-prio    as mps, with MPS client priorities: BE started with
+#               CUDA_MPS_CLIENT_PRIORITY=1 (below normal), HP with 0 (normal)
 #   streams     one process, HP on a greatest-priority stream, BE on a lowest
-#               one (colocate-streams)
-#   tally       HP under `tally run --priority=high`, BE (be-spin.tally, or
-#               train-gpt.tally) under `tally run --priority=best-effort`
+#               one: colocate-streams (hp-serve beside be10 or be100), or
+#               benchmarks/torch/streams.py (HP_MODEL beside torch: two Python
+#               threads sharing the GIL); other pairs have no one-process form
+#   tally       HP under `tally run --priority=high`, BE (be-spin.tally,
+#               train-gpt.tally or train.py) under `tally run
+#               --priority=best-effort`
 #   tally-mps   the same as MPS clients
-# BE workloads: be-spin with 10 us and with 100 us blocks (be10, be100), and
-# train-gpt (gpt) when DIR has it. In a co-located run BE starts first, HP's
-# measurement starts LEAD s after BE's first kernel, BE is stopped (SIGTERM)
-# when HP is done; BE's rate is taken over HP's window from its progress lines.
-# Then robustness with Tally: BE killed with -9 in the middle of HP's run (HP
-# must finish and report), HP killed with -9 while BE runs (BE must go on and
-# finish, exit 0); and under Tally the BE checksum must equal BE alone's.
+# The MPS systems run only where nvidia-cuda-mps-control is, with a daemon of
+# their own.
+# HP: hp-serve (requests of HP_KERNELS kernels of one wave of HP_BLOCK_US us
+# blocks), or with HP_MODEL the PyTorch service benchmarks/torch/serve.py
+# (ResNet-50 or a BERT-base sized encoder, eager, bf16, batch 1; its
+# capacity measured closed loop first, as hp-serve's).
+# BE workloads (BE_CONFS): be-spin with 10 us and with 100 us blocks (be10,
+# be100), train-gpt (gpt) when DIR has it, and torch: benchmarks/torch/
+# train.py, eager PyTorch training of a small GPT (BE rate in steps/s).
+# PyTorch's kernels ship as machine code without Tally's variants (nothing
+# here transforms them), so Tally can neither slice nor preempt them: the
+# tally rows with PyTorch workloads mostly measure the scheduler holding BE's
+# launches while HP is busy (and the runtime's per-launch cost). That is
+# expected; it is not a failure.
+# In a co-located run BE starts first and HP's measurement starts LEAD s after
+# BE's first progress line (serve.py is started beside BE, warms up, and
+# waits for that moment, --start-file: later where its start-up takes
+# longer); BE is stopped (SIGTERM) when HP is done; BE's rate is taken over
+# HP's window (the `# window` line of its CSV) from BE's progress lines.
+# Then robustness with Tally, when HP is hp-serve and be10 is among BE_CONFS:
+# BE killed with -9 in the middle of HP's run (HP must finish and report), HP
+# killed with -9 while BE runs (BE must go on and finish, exit 0); and under
+# Tally the be-spin checksum must equal BE alone's.
 #
 # Usage: scripts/gpu-colocate.sh [--quick] [DIR]      (from anywhere)
 #   DIR (default .carry/runtime) holds prefix/bin/tally, prefix/lib/libtally.so,
-#   hp-serve, be-spin, be-spin.tally, colocate-streams, and optionally
-#   train-gpt and train-gpt.tally.
-#   --quick: short runs (about 2 minutes instead of about 8); under MPS
-#   neither train-gpt nor the kill checks.
-# Environment: OUT (default gpu-out), HP_LOAD (default 0.5), HP_KERNELS
-# (kernels per request, default 8), HP_BLOCK_US (default 20).
+#   hp-serve, be-spin, be-spin.tally, colocate-streams, optionally train-gpt
+#   and train-gpt.tally, and torch/ (benchmarks/torch as copied by
+#   scripts/prepare-device.sh; without it the repository's benchmarks/torch).
+#   --quick: short runs; under MPS neither train-gpt nor the kill checks.
+#   Time, all systems: hp-serve about 2 minutes (--quick) or 9; HP_MODEL
+#   (BE torch) about 3.5 or 10, with HP windows of 60 s (the budget per run
+#   is listed where the timings are set); with HP_MODEL each further BE conf
+#   adds about 7 minutes (full).
+# Environment:
+#   OUT          output folder (default gpu-out)
+#   HP_LOAD      Poisson rate as a fraction of HP's capacity (default 0.5)
+#   HP_KERNELS   hp-serve: kernels per request (default 8)
+#   HP_BLOCK_US  hp-serve: block time, us (default 20)
+#   HP_MODEL     empty (default): HP is hp-serve; resnet50 or bert: HP is
+#                `serve.py --model HP_MODEL` (PyTorch; see PYTHON)
+#   HP_SECONDS   HP's measurement window per run, s (default 15, with
+#                HP_MODEL 60; --quick 3, with HP_MODEL 10)
+#   BE_CONFS     the BE workloads, among be10 be100 gpt torch, separated by
+#                spaces or commas (default "be10 be100 gpt", gpt only where
+#                DIR has train-gpt; with HP_MODEL "torch", to keep a full run
+#                near 10 minutes)
+#   SYSTEMS      the co-located systems, among timeslice streams tally mps
+#                mps-prio tally-mps (default all). HP alone and BE alone run
+#                always; under Tally when a tally system is chosen; HP alone
+#                under MPS (hp-serve only) when an MPS system is. A device
+#                command may take 600 s at most: a full HP_MODEL run fits
+#                more surely as two, SYSTEMS="timeslice streams tally" and
+#                SYSTEMS="mps mps-prio tally-mps", each with its own OUT
+#   PYTHON       the Python with PyTorch that runs serve.py, train.py and
+#                streams.py (default: the first of /opt/torch/.venv/bin/python
+#                and python3 on PATH that imports torch with CUDA); needed
+#                only with HP_MODEL or BE conf torch
 # Writes $OUT/colocate/ (per run: NAME.hp.csv latencies, NAME.hp.log,
 # NAME.be.log, stderr in *.err, Tally statistics in *.json; runs.tsv,
 # checks.tsv, device.txt) and $OUT/colocate.csv; prints a markdown table
-# (scripts/colocate-report.py). Exit status 1 when a check or a run failed.
+# (scripts/colocate-report.py); then, where a Python has matplotlib, the
+# plots in $OUT/plots (scripts/colocate-plots.py). Exit status 1 when a check
+# or a run failed.
 set -uo pipefail
 export LC_ALL=C
 
@@ -82,16 +133,124 @@ if [[ -x $R/train-gpt.tally ]]; then
     echo "gpu-colocate: warning: no stdbuf; the train-gpt runs are left out" >&2
   fi
 fi
+
+# The HP service: hp-serve, or the PyTorch one (HP_MODEL).
+HP_MODEL=${HP_MODEL:-}
+case $HP_MODEL in
+  '' | resnet50 | bert) ;;
+  *) die "HP_MODEL '$HP_MODEL': resnet50, bert, or empty for hp-serve" ;;
+esac
+torch_hp=0
+[[ -z $HP_MODEL ]] || torch_hp=1
+if ((torch_hp)); then HP_NAME="serve.py --model $HP_MODEL"; else HP_NAME=hp-serve; fi
+
+# The BE workloads (BE_CONFS) and the co-located systems (SYSTEMS).
+if [[ -n ${BE_CONFS:-} ]]; then
+  read -ra confs <<<"${BE_CONFS//,/ }"
+  ((${#confs[@]})) || die "BE_CONFS '$BE_CONFS' names no BE workload"
+elif ((torch_hp)); then
+  confs=(torch)
+else
+  confs=(be10 be100)
+  [[ -n $GPT_TALLY ]] && confs+=(gpt)
+fi
+has_conf() { [[ " ${confs[*]} " == *" $1 "* ]]; }
+seen=' '
+for conf in "${confs[@]}"; do
+  case $conf in
+    be10 | be100 | torch) ;;
+    gpt) [[ -n $GPT_TALLY ]] || die "BE_CONFS has gpt, but $R has no train-gpt.tally (or there is no stdbuf)" ;;
+    *) die "BE_CONFS: unknown BE workload '$conf' (be10, be100, gpt, torch)" ;;
+  esac
+  [[ $seen != *" $conf "* ]] || die "BE_CONFS names $conf twice"
+  seen+="$conf "
+done
+all_systems=(timeslice streams tally mps mps-prio tally-mps)
+if [[ -n ${SYSTEMS:-} ]]; then
+  read -ra systems <<<"${SYSTEMS//,/ }"
+  ((${#systems[@]})) || die "SYSTEMS '$SYSTEMS' names no system"
+  for sys in "${systems[@]}"; do
+    [[ " ${all_systems[*]} " == *" $sys "* ]] || die "SYSTEMS: unknown system '$sys' (${all_systems[*]})"
+  done
+else
+  systems=("${all_systems[@]}")
+fi
+want() { [[ " ${systems[*]} " == *" $1 "* ]]; }
+any_tally=0
+want tally || want tally-mps && any_tally=1
+any_mps=0
+want mps || want mps-prio || want tally-mps && any_mps=1
+
+# The PyTorch workloads: the copy in DIR/torch (scripts/prepare-device.sh),
+# else the repository's; a Python that imports torch with CUDA.
+PY=
+TORCH=
+if ((torch_hp)) || has_conf torch; then
+  for d in "$R/torch" "$src/benchmarks/torch"; do
+    if [[ -f $d/serve.py && -f $d/train.py && -f $d/streams.py && -f $d/workloads.py ]]; then
+      TORCH=$d
+      break
+    fi
+  done
+  [[ -n $TORCH ]] || die "no serve.py, train.py, streams.py and workloads.py in $R/torch or $src/benchmarks/torch"
+  if [[ -n ${PYTHON:-} ]]; then
+    cands=("$PYTHON")
+  else
+    cands=(/opt/torch/.venv/bin/python python3)
+  fi
+  for c in "${cands[@]}"; do
+    command -v "$c" >/dev/null 2>&1 || continue
+    if "$c" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+      PY=$(command -v "$c")
+      break
+    fi
+  done
+  [[ -n $PY ]] || die "no Python that imports torch with CUDA available among: ${cands[*]} (set PYTHON)"
+fi
+
 have_mps=0
 command -v nvidia-cuda-mps-control >/dev/null && have_mps=1
-# Only the MPS runs are MPS clients.
-unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+# Only the MPS runs are MPS clients; only mps-prio's have a client priority.
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY CUDA_MPS_CLIENT_PRIORITY
 
-if ((quick)); then
+# Timings, s. A full run with HP_MODEL (BE_CONFS torch, all systems, MPS
+# there), taking about 8 s for a PyTorch process to start (import, CUDA
+# context, model, warmup; under Tally perhaps more):
+#   HP capacity, closed loop              8 + 5                  13
+#   be-spin calibration (the MPS probe)                           2
+#   alone, tally-alone                    2 x (8 + 60)          136
+#   be-alone, tally-be-alone              2 x (8 + 8)            32
+#   timeslice, tally (serve.py starts     2 x (8 + 1 + 60 + 1)  140
+#     beside BE: its start-up overlaps BE's)
+#   streams (one process)                 8 + 1 + 60 + 1         70
+#   MPS daemon and its probe                                      3
+#   mps, mps-prio, tally-mps              3 x 70                210
+#   report and plots                                              3
+#   total                                                       609 s, about 10 min
+# (no MPS HP-alone run and no kill checks: those are hp-serve's). --quick:
+# 11 + 2 + 2 x 18 + 2 x 13 + 3 x 20 + 3 + 3 x 20 + 3 = 201 s, about 3.5 min.
+# Each further BE conf adds its BE-alone pair and 6 co-located runs (about
+# 7 minutes full). Past the 600 s a device command may take, split the
+# systems over two commands: SYSTEMS="timeslice streams tally", then
+# SYSTEMS="mps mps-prio tally-mps" (about 6.5 minutes each, other OUTs).
+# hp-serve (HP_MODEL empty): about 9 minutes full, 2 with --quick.
+if ((torch_hp)); then
+  if ((quick)); then
+    CAP_S=3 HP_S=10 BE_S=5 LEAD=1 KILL_S=4
+  else
+    CAP_S=5 HP_S=60 BE_S=8 LEAD=1 KILL_S=8
+  fi
+elif ((quick)); then
   CAP_S=1 HP_S=3 BE_S=2 LEAD=1 KILL_S=4
 else
   CAP_S=3 HP_S=15 BE_S=5 LEAD=1 KILL_S=8
 fi
+HP_S=${HP_SECONDS:-$HP_S}
+[[ $HP_S =~ ^[1-9][0-9]*$ ]] || die "HP_SECONDS '$HP_S': a whole number of seconds, at least 1"
+# What a run may take beyond its window before it counts as hung: with
+# PyTorch, the start-up too.
+SLACK=120
+((torch_hp)) && SLACK=240
 HP_LOAD=${HP_LOAD:-0.5}
 HP_BLOCK_US=${HP_BLOCK_US:-20}
 # Kernels per HP request (one wave each): an inference request is a
@@ -117,6 +276,8 @@ bg=()
 MPSROOT=
 mps_on=0
 ENVP=()
+ENVP_HP=()
+ENVP_BE=()
 
 mps_stop() {
   ((mps_on)) || return 0
@@ -167,7 +328,7 @@ reap() {
 calc() { awk "BEGIN { printf \"%s\", $1 }"; }
 errtail() { tail -c 300 "$1" 2>/dev/null | tr '\n' ' '; }
 
-check() { # NAME PASS|FAIL DETAIL
+check() { # NAME PASS|FAIL|SKIP DETAIL
   printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$CHECKS"
   echo "   $2: $1: $3"
   [[ $2 != FAIL ]] || fails=$((fails + 1))
@@ -182,7 +343,8 @@ stamp() {
   while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done
 }
 
-# The environment of MPS clients, or none.
+# set_env SYSTEM: the environment of MPS clients (ENVP), or none; ENVP_HP
+# and ENVP_BE add mps-prio's client priorities (HP normal, BE below).
 set_env() {
   case $1 in
     mps* | tally-mps*)
@@ -190,21 +352,49 @@ set_env() {
       ENVP=(env CUDA_MPS_PIPE_DIRECTORY="$MPSROOT/pipe" CUDA_MPS_LOG_DIRECTORY="$MPSROOT/log") ;;
     *) ENVP=() ;;
   esac
+  ENVP_HP=("${ENVP[@]}")
+  ENVP_BE=("${ENVP[@]}")
+  if [[ $1 == mps-prio* ]]; then
+    ENVP_HP+=(CUDA_MPS_CLIENT_PRIORITY=0)
+    ENVP_BE+=(CUDA_MPS_CLIENT_PRIORITY=1)
+  fi
 }
 is_tally() { [[ $1 == tally* ]]; }
 
-# hp_cmd SYSTEM NAME: HPCMD, the HP service's command line.
+# be_kind CONF: how colocate-report.py reads the BE log (spin: be-spin's
+# progress lines; torch: train.py's, the same format in steps; gpt:
+# train-gpt's time-stamped step lines).
+be_kind() {
+  case $1 in
+    gpt | torch) echo "$1" ;;
+    *) echo spin ;;
+  esac
+}
+
+# streams_form CONF: the one-process baseline exists for HP beside CONF.
+streams_form() {
+  if ((torch_hp)); then [[ $1 == torch ]]; else [[ $1 == be10 || $1 == be100 ]]; fi
+}
+
+# hp_cmd SYSTEM NAME: HPCMD, the HP service's command line (hp-serve, or
+# serve.py with HP_MODEL), under Tally for the tally systems.
 hp_cmd() {
-  if is_tally "$1"; then
-    HPCMD=("$TALLY" run --priority=high --stats="$L/$2.hp.json" -- "$R/hp-serve")
+  local base
+  if ((torch_hp)); then
+    base=("$PY" "$TORCH/serve.py" --model "$HP_MODEL" --seed 1)
   else
-    HPCMD=("$R/hp-serve")
+    base=("$R/hp-serve" --block-us "$HP_BLOCK_US" --kernels "$HP_KERNELS" --seed 1)
   fi
-  HPCMD+=(--block-us "$HP_BLOCK_US" --kernels "$HP_KERNELS" --seed 1)
+  if is_tally "$1"; then
+    HPCMD=("$TALLY" run --priority=high --stats="$L/$2.hp.json" -- "${base[@]}")
+  else
+    HPCMD=("${base[@]}")
+  fi
 }
 
 # be_cmd SYSTEM CONF NAME DURATION: BECMD, the BE job's command line
-# (DURATION: be-spin's own limit; train-gpt runs until stopped).
+# (DURATION: be-spin's and train.py's own limit; train-gpt runs until
+# stopped).
 be_cmd() {
   local sys=$1 conf=$2 name=$3 dur=$4
   local tl=("$TALLY" run --priority=best-effort --stats="$L/$name.be.json" --)
@@ -222,18 +412,28 @@ be_cmd() {
       else
         BECMD=(stdbuf -oL "$GPT_PLAIN" --steps 100000)
       fi ;;
+    torch)
+      # PyTorch's kernels as they are (no transformed copy exists).
+      local args=("$PY" "$TORCH/train.py" --seed 1 --duration "$dur")
+      if is_tally "$sys"; then
+        BECMD=("${tl[@]}" "${args[@]}")
+      else
+        BECMD=("${args[@]}")
+      fi ;;
   esac
 }
 
 # start_be CONF NAME: starts BECMD in the background (BEPID); false when it
-# did not print its first progress line within 60 s.
+# did not print its first progress line within 60 s (train.py: 180 s, its
+# start-up included).
 start_be() {
-  local conf=$1 name=$2 log=$L/$2.be.log pat='^be: t='
+  local conf=$1 name=$2 log=$L/$2.be.log pat='^be: t=' lim=600
+  [[ $conf != torch ]] || lim=1800
   if [[ $conf == gpt ]]; then
-    "${ENVP[@]}" "${BECMD[@]}" > >(stamp >"$log") 2>"$L/$name.be.err" &
+    "${ENVP_BE[@]}" "${BECMD[@]}" > >(stamp >"$log") 2>"$L/$name.be.err" &
     pat='^[0-9.]* step '
   else
-    "${ENVP[@]}" "${BECMD[@]}" >"$log" 2>"$L/$name.be.err" &
+    "${ENVP_BE[@]}" "${BECMD[@]}" >"$log" 2>"$L/$name.be.err" &
   fi
   BEPID=$!
   bg+=("$BEPID")
@@ -242,7 +442,7 @@ start_be() {
     alive "$BEPID" || return 1
     sleep 0.1
     n=$((n + 1))
-    ((n < 600)) || return 1
+    ((n < lim)) || return 1
   done
 }
 
@@ -264,10 +464,20 @@ stop_be() {
 be_checksum() { grep -m1 '^be: checksum' "$1" 2>/dev/null | sed 's/^be: checksum //'; }
 
 # check_be NAME CONF LOG RC: a be-spin run ended well and its checksum equals
-# BE alone's.
+# BE alone's; a train.py run ended well (exit 0, its summary; its losses
+# are not compared: PyTorch's kernels need not be deterministic).
 check_be() {
   local name=$1 conf=$2 log=$3 rc=$4 ref got
-  [[ $conf != gpt ]] || return 0
+  case $conf in
+    gpt) return 0 ;;
+    torch)
+      if [[ $rc != 0 ]]; then
+        check "$name: BE run" FAIL "exit $rc: $(errtail "${log%.log}.err")"
+      elif ! grep -q '^be: steps' "$log"; then
+        check "$name: BE run" FAIL "no 'be: steps' summary: $(errtail "${log%.log}.err")"
+      fi
+      return 0 ;;
+  esac
   ref=$(be_checksum "$L/be-alone-$conf.be.log")
   got=$(be_checksum "$log")
   if [[ $rc != 0 ]]; then
@@ -289,47 +499,84 @@ hp_ok() {
 
 # colo SYSTEM CONF: one co-located run.
 colo() {
-  local sys=$1 conf=$2 name=$1-$2 hprc kind=spin
-  [[ $conf != gpt ]] || kind=gpt
+  local sys=$1 conf=$2 name=$1-$2 hprc kind hppid='' go=''
+  kind=$(be_kind "$conf")
   say "$name"
   set_env "$sys"
   if [[ $sys == streams ]]; then
-    "${ENVP[@]}" timeout -k 5 $((HP_S + 120)) "$R/colocate-streams" --block-us "$HP_BLOCK_US" --kernels "$HP_KERNELS" \
-      --seed 1 --rate "$RATE" --duration "$HP_S" --csv "$L/$name.hp.csv" \
-      --be-work "${WORK[$conf]}" --be-lead "$LEAD" >"$L/$name.hp.log" 2>"$L/$name.hp.err"
-    hprc=$?
-    hp_ok "$name" $hprc
-    check_be "$name" "$conf" "$L/$name.hp.log" $hprc
-    run_row "$sys" "$conf" "${BLOCK[$conf]}" "$L/$name.hp.csv" "$L/$name.hp.log" spin \
-      "$L/be-alone-$conf.be.log" "" "one process, two threads"
+    local notes="one process, two threads"
+    if [[ $conf == torch ]]; then
+      "${ENVP[@]}" timeout -k 5 $((HP_S + SLACK)) "$PY" "$TORCH/streams.py" --model "$HP_MODEL" \
+        --seed 1 --rate "$RATE" --duration "$HP_S" --csv "$L/$name.hp.csv" --be-lead "$LEAD" \
+        >"$L/$name.hp.log" 2>"$L/$name.hp.err"
+      hprc=$?
+      notes="one process, two Python threads sharing the GIL (streams.py)"
+    else
+      "${ENVP[@]}" timeout -k 5 $((HP_S + SLACK)) "$R/colocate-streams" --block-us "$HP_BLOCK_US" \
+        --kernels "$HP_KERNELS" --seed 1 --rate "$RATE" --duration "$HP_S" --csv "$L/$name.hp.csv" \
+        --be-work "${WORK[$conf]}" --be-lead "$LEAD" >"$L/$name.hp.log" 2>"$L/$name.hp.err"
+      hprc=$?
+    fi
+    hp_ok "$name" "$hprc"
+    check_be "$name" "$conf" "$L/$name.hp.log" "$hprc"
+    run_row "$sys" "$conf" "${BLOCK[$conf]}" "$L/$name.hp.csv" "$L/$name.hp.log" "$kind" \
+      "$L/be-alone-$conf.be.log" "" "$notes"
     return
   fi
-  be_cmd "$sys" "$conf" "$name" $((LEAD + HP_S + 120))
+  be_cmd "$sys" "$conf" "$name" $((LEAD + HP_S + SLACK))
+  hp_cmd "$sys" "$name"
+  if ((torch_hp)); then
+    # serve.py starts beside BE (its start-up takes seconds), warms up, and
+    # waits for the file $go to start its window.
+    go=$L/$name.go
+    rm -f "$go"
+    "${ENVP_HP[@]}" "${HPCMD[@]}" --rate "$RATE" --duration "$HP_S" --csv "$L/$name.hp.csv" \
+      --start-file "$go" --start-timeout 600 >"$L/$name.hp.log" 2>"$L/$name.hp.err" &
+    hppid=$!
+    bg+=("$hppid")
+  fi
   if ! start_be "$conf" "$name"; then
-    check "$name: BE start" FAIL "no progress within 60 s: $(errtail "$L/$name.be.err")"
+    check "$name: BE start" FAIL "no progress line (it ended, or none in $([[ $conf == torch ]] && echo 180 || echo 60) s): $(errtail "$L/$name.be.err")"
     alive "$BEPID" && kill -9 "$BEPID"
     reap "$BEPID"
+    if [[ -n $hppid ]]; then
+      kill -9 "$hppid" 2>/dev/null
+      reap "$hppid"
+    fi
     return
   fi
   sleep "$LEAD"
-  hp_cmd "$sys" "$name"
-  "${ENVP[@]}" timeout -k 5 $((HP_S + 120)) "${HPCMD[@]}" --rate "$RATE" --duration "$HP_S" \
-    --csv "$L/$name.hp.csv" >"$L/$name.hp.log" 2>"$L/$name.hp.err"
-  hprc=$?
+  if [[ -n $hppid ]]; then
+    : >"$go"
+    if wait_exit "$hppid" $((HP_S + SLACK)); then
+      reap "$hppid"
+      hprc=$?
+    else
+      kill -9 "$hppid" 2>/dev/null
+      reap "$hppid"
+      hprc="hung (killed $((HP_S + SLACK)) s after its start signal)"
+    fi
+    rm -f "$go"
+  else
+    "${ENVP_HP[@]}" timeout -k 5 $((HP_S + SLACK)) "${HPCMD[@]}" --rate "$RATE" --duration "$HP_S" \
+      --csv "$L/$name.hp.csv" >"$L/$name.hp.log" 2>"$L/$name.hp.err"
+    hprc=$?
+  fi
   local bealive=1
   alive "$BEPID" || bealive=0
   stop_be "$BEPID"
-  hp_ok "$name" $hprc
+  hp_ok "$name" "$hprc"
   local notes=
   ((bealive)) || notes="BE ended before HP did (exit $BERC)"
-  if [[ $conf == gpt ]]; then
+  if [[ $conf == gpt || $conf == torch ]]; then
+    # Stopped by SIGTERM: train.py ends cleanly (0), train-gpt by the signal.
     [[ $BERC == 143 || $BERC == 0 ]] || check "$name: BE run" FAIL "exit $BERC: $(errtail "$L/$name.be.err")"
   else
     check_be "$name" "$conf" "$L/$name.be.log" "$BERC"
   fi
   local stats=
   is_tally "$sys" && stats="$L/$name.hp.json,$L/$name.be.json"
-  run_row "$sys" "$conf" "${BLOCK[$conf]}" "$L/$name.hp.csv" "$L/$name.be.log" $kind \
+  run_row "$sys" "$conf" "${BLOCK[$conf]}" "$L/$name.hp.csv" "$L/$name.be.log" "$kind" \
     "$L/be-alone-$conf.be.log" "$stats" "$notes"
 }
 
@@ -339,7 +586,7 @@ hp_alone() {
   say "$name"
   set_env "$sys"
   hp_cmd "$sys" "$name"
-  "${ENVP[@]}" timeout -k 5 $((HP_S + 120)) "${HPCMD[@]}" --rate "$RATE" --duration "$HP_S" \
+  "${ENVP_HP[@]}" timeout -k 5 $((HP_S + SLACK)) "${HPCMD[@]}" --rate "$RATE" --duration "$HP_S" \
     --csv "$L/$name.hp.csv" >"$L/$name.hp.log" 2>"$L/$name.hp.err"
   rc=$?
   hp_ok "$name" $rc || return
@@ -350,12 +597,12 @@ hp_alone() {
 
 # be_alone SYSTEM CONF: BE alone for BE_S s (SYSTEM: be-alone or tally-be-alone).
 be_alone() {
-  local sys=$1 conf=$2 name=$1-$2 kind=spin
+  local sys=$1 conf=$2 name=$1-$2 kind
+  kind=$(be_kind "$conf")
   say "$name"
   set_env "$sys"
   be_cmd "$sys" "$conf" "$name" "$BE_S"
   if [[ $conf == gpt ]]; then
-    kind=gpt
     if ! start_be gpt "$name"; then
       check "$name: BE start" FAIL "no step within 60 s: $(errtail "$L/$name.be.err")"
       alive "$BEPID" && kill -9 "$BEPID"
@@ -369,10 +616,16 @@ be_alone() {
       return 1
     }
   else
-    "${ENVP[@]}" timeout -k 5 $((BE_S + 120)) "${BECMD[@]}" >"$L/$name.be.log" 2>"$L/$name.be.err"
+    "${ENVP_BE[@]}" timeout -k 5 $((BE_S + SLACK)) "${BECMD[@]}" >"$L/$name.be.log" 2>"$L/$name.be.err"
     local rc=$?
     if [[ $sys == be-alone ]]; then
-      if [[ $rc != 0 ]] || [[ -z $(be_checksum "$L/$name.be.log") ]]; then
+      local ok=
+      if [[ $conf == torch ]]; then
+        grep -q '^be: steps' "$L/$name.be.log" && ok=1
+      else
+        [[ -n $(be_checksum "$L/$name.be.log") ]] && ok=1
+      fi
+      if [[ $rc != 0 || -z $ok ]]; then
         check "$name: BE run" FAIL "exit $rc: $(errtail "$L/$name.be.err")"
         return 1
       fi
@@ -382,12 +635,13 @@ be_alone() {
   fi
   local stats=
   is_tally "$sys" && stats="$L/$name.be.json"
-  run_row "$sys" "$conf" "${BLOCK[$conf]}" "" "$L/$name.be.log" $kind "$L/be-alone-$conf.be.log" \
+  run_row "$sys" "$conf" "${BLOCK[$conf]}" "" "$L/$name.be.log" "$kind" "$L/be-alone-$conf.be.log" \
     "$stats" "BE alone"
 }
 
 # kill_be SUFFIX: with Tally, BE is killed (-9) in the middle of HP's run;
-# HP must finish and report.
+# HP must finish and report. (This check and kill_hp's use hp-serve and
+# be10: they run only without HP_MODEL, with be10 among BE_CONFS.)
 kill_be() {
   local name=kill-be$1 sys=tally$1 hppid rc
   say "$name"
@@ -401,7 +655,7 @@ kill_be() {
   fi
   sleep "$LEAD"
   hp_cmd "$sys" "$name"
-  "${ENVP[@]}" "${HPCMD[@]}" --rate "$RATE" --duration "$KILL_S" --csv "$L/$name.hp.csv" \
+  "${ENVP_HP[@]}" "${HPCMD[@]}" --rate "$RATE" --duration "$KILL_S" --csv "$L/$name.hp.csv" \
     >"$L/$name.hp.log" 2>"$L/$name.hp.err" &
   hppid=$!
   bg+=("$hppid")
@@ -445,7 +699,7 @@ kill_hp() {
   fi
   sleep "$LEAD"
   hp_cmd "$sys" "$name"
-  "${ENVP[@]}" "${HPCMD[@]}" --rate "$RATE" --duration 600 >"$L/$name.hp.log" 2>"$L/$name.hp.err" &
+  "${ENVP_HP[@]}" "${HPCMD[@]}" --rate "$RATE" --duration 600 >"$L/$name.hp.log" 2>"$L/$name.hp.err" &
   hppid=$!
   bg+=("$hppid")
   sleep "$(calc "$KILL_S / 2")"
@@ -519,35 +773,47 @@ mps_start() {
 #===------------------------------------------------------------------------===#
 
 say "co-location benchmark ($( ((quick)) && echo quick || echo full)), programs from $R, output in $L"
+say "HP $HP_NAME; BE ${confs[*]}; systems ${systems[*]}"
 {
   date -u +"date: %Y-%m-%d %H:%M UTC"
   echo "device: $(nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv,noheader | head -1)"
   echo "driver: $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
   echo "host: $(uname -r), $(nproc) cores"
+  if [[ -n $PY ]]; then
+    echo "python: $PY, $("$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -1); workloads from $TORCH"
+  fi
   [[ -d /tmp/nvidia-mps ]] && echo "warning: /tmp/nvidia-mps exists: is a system MPS daemon running?"
 } >"$L/device.txt"
 cat "$L/device.txt"
 
 say "HP alone, closed loop (capacity)"
-"$R/hp-serve" --block-us "$HP_BLOCK_US" --kernels "$HP_KERNELS" --rate 0 --duration "$CAP_S" --csv "$L/alone-closed.hp.csv" \
+hp_cmd alone alone-closed
+timeout -k 5 $((CAP_S + SLACK)) "${HPCMD[@]}" --rate 0 --duration "$CAP_S" --csv "$L/alone-closed.hp.csv" \
   >"$L/alone-closed.hp.log" 2>"$L/alone-closed.hp.err" ||
-  die "hp-serve failed: $(cat "$L/alone-closed.hp.err")"
+  die "$HP_NAME failed: $(tail -n 20 "$L/alone-closed.hp.err")"
 CAP=$(awk '/^hp: capacity/ { print $3 }' "$L/alone-closed.hp.log")
-[[ -n $CAP ]] || die "hp-serve printed no capacity (see $L/alone-closed.hp.log)"
+[[ -n $CAP ]] || die "$HP_NAME printed no capacity (see $L/alone-closed.hp.log)"
 RATE=$(calc "$CAP * $HP_LOAD")
 grep '^hp: requests' "$L/alone-closed.hp.log"
 echo "   capacity $CAP req/s; Poisson rate $RATE req/s (HP_LOAD $HP_LOAD)"
 run_row alone-closed none "" "$L/alone-closed.hp.csv" "" "" "" "" "closed loop: capacity $CAP req/s"
+if ((torch_hp)); then
+  hpdesc="$HP_NAME (PyTorch eager, bf16, batch 1)"
+else
+  hpdesc="$HP_KERNELS kernels of one wave of $HP_BLOCK_US us blocks per request"
+fi
 {
-  echo "hp: $HP_KERNELS kernels of one wave of $HP_BLOCK_US us blocks per request; capacity $CAP req/s (closed loop, alone); Poisson at $RATE req/s ($HP_LOAD of capacity), $HP_S s per run"
+  echo "hp: $hpdesc; capacity $CAP req/s (closed loop, alone); Poisson at $RATE req/s ($HP_LOAD of capacity), $HP_S s per run"
+  ((torch_hp)) && grep -m1 '^hp: settings' "$L/alone-closed.hp.log" | sed 's/^hp: settings /hp settings: /'
   echo "timing: lead $LEAD s, BE alone $BE_S s, kill checks $KILL_S s"
+  echo "systems: ${systems[*]}; BE: ${confs[*]}"
 } >>"$L/device.txt"
 
 hp_alone alone
-hp_alone tally-alone
+((any_tally)) && hp_alone tally-alone
 
 say "BE calibration"
-declare -A WORK BLOCK=([be10]=10 [be100]=100 [gpt]=gpt)
+declare -A WORK BLOCK=([be10]=10 [be100]=100 [gpt]=gpt [torch]=torch)
 for conf in be10 be100; do
   "$R/be-spin" --calibrate --block-us "${BLOCK[$conf]}" >"$L/calibrate-$conf.log" 2>&1 ||
     die "be-spin --calibrate failed: $(errtail "$L/calibrate-$conf.log")"
@@ -556,27 +822,49 @@ for conf in be10 be100; do
   echo "   $conf: $(head -1 "$L/calibrate-$conf.log")"
   echo "be $conf: $(head -1 "$L/calibrate-$conf.log")" >>"$L/device.txt"
 done
-confs=(be10 be100)
-[[ -n $GPT_TALLY ]] && confs+=(gpt)
 
+# A BE workload that fails alone is left out of the rest (be-spin's: the
+# runs beside HP need its checksum, so the benchmark stops).
 for conf in "${confs[@]}"; do
-  be_alone be-alone "$conf" || {
-    [[ $conf == gpt ]] || die "BE alone ($conf) failed: the runs beside HP need its checksum"
-    confs=(be10 be100)
-  }
+  if be_alone be-alone "$conf"; then
+    [[ $conf != torch ]] ||
+      grep -m1 '^be: settings' "$L/be-alone-torch.be.log" | sed 's/^be: settings /be torch: /' >>"$L/device.txt"
+    continue
+  fi
+  [[ $conf == gpt || $conf == torch ]] || die "BE alone ($conf) failed: the runs beside HP need its checksum"
+  keep=()
+  for c in "${confs[@]}"; do [[ $c == "$conf" ]] || keep+=("$c"); done
+  confs=("${keep[@]}")
 done
-for conf in "${confs[@]}"; do be_alone tally-be-alone "$conf"; done
+if ((any_tally)); then
+  for conf in "${confs[@]}"; do be_alone tally-be-alone "$conf"; done
+fi
 
 for sys in timeslice streams tally; do
+  want "$sys" || continue
   for conf in "${confs[@]}"; do
-    [[ $sys == streams && $conf == gpt ]] && continue
+    if [[ $sys == streams ]] && ! streams_form "$conf"; then
+      say "$sys-$conf: left out (no one-process form of $HP_NAME beside $conf)"
+      continue
+    fi
     colo "$sys" "$conf"
   done
 done
-kill_be ""
-kill_hp ""
+# The kill checks use hp-serve and be10 (and be10's checksum).
+kill_ok=0
+((!torch_hp)) && has_conf be10 && kill_ok=1
+if want tally; then
+  if ((kill_ok)); then
+    kill_be ""
+    kill_hp ""
+  else
+    check "kill checks" SKIP "they need hp-serve as HP (no HP_MODEL) and be10 among BE_CONFS"
+  fi
+fi
 
-if ((!have_mps)); then
+if ((!any_mps)); then
+  :
+elif ((!have_mps)); then
   check "MPS" FAIL "nvidia-cuda-mps-control not found: no MPS runs"
 else
   say "MPS: a daemon with private pipe and log folders under /tmp"
@@ -584,14 +872,16 @@ else
     check "MPS" FAIL "the MPS daemon did not start or serve a client (see above): no MPS runs"
     mps_stop
   else
-    hp_alone mps-alone
-    for sys in mps tally-mps; do
+    # With HP_MODEL no HP alone under MPS: the time budget (see the timings).
+    ((torch_hp)) || hp_alone mps-alone
+    for sys in mps mps-prio tally-mps; do
+      want "$sys" || continue
       for conf in "${confs[@]}"; do
         ((quick)) && [[ $conf == gpt ]] && continue
         colo "$sys" "$conf"
       done
     done
-    if ((!quick)); then
+    if ((!quick && kill_ok)) && want tally-mps; then
       kill_be -mps
       kill_hp -mps
     fi
@@ -604,6 +894,24 @@ python3 "$src/scripts/colocate-report.py" "$OUT" || {
   echo "gpu-colocate: error: the report failed" >&2
   fails=$((fails + 1))
 }
+# The plots, with the first Python that has matplotlib (not counted among
+# the failures: they are drawn from the report's files).
+if [[ -f $OUT/colocate.csv ]]; then
+  plot_py=
+  for c in python3 ${PY:+"$PY"} /opt/torch/.venv/bin/python; do
+    command -v "$c" >/dev/null 2>&1 || continue
+    if "$c" -c 'import matplotlib' >/dev/null 2>&1; then
+      plot_py=$c
+      break
+    fi
+  done
+  echo
+  if [[ -z $plot_py ]]; then
+    echo "gpu-colocate: no plots: no Python here imports matplotlib (later, elsewhere: scripts/colocate-plots.py $OUT)"
+  elif ! "$plot_py" "$src/scripts/colocate-plots.py" "$OUT"; then
+    echo "gpu-colocate: warning: scripts/colocate-plots.py failed (not counted as a failure)" >&2
+  fi
+fi
 echo
 echo "co-location failures: $fails (logs in $L)"
 exit $((fails != 0))

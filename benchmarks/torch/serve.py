@@ -24,21 +24,25 @@ gpu-colocate.sh and colocate-report.py read both (see workloads.py):
   p99 Y p999 Z mean M max W us / hp: capacity C req/s (closed loop)
 It takes hp-serve's options --rate, --duration (= --seconds), --csv, --seed,
 --warmup, --drain, so `serve.py --model M` can stand where hp-serve's
-command line stands. There is no start handshake, as with hp-serve:
-gpu-colocate.sh starts the HP process LEAD s after BE's first progress line;
-this process's start-up (import, CUDA context, model, warmup) happens while
-BE runs, and its measurement window (the `# window` line) starts after it.
+command line stands. Its start-up (import, CUDA context, model, warmup)
+takes seconds, so gpu-colocate.sh starts it beside BE with --start-file F:
+after the warmup it waits until F exists (the script creates F LEAD s after
+BE's first progress line), then its measurement window (the `# window`
+line) starts. Without --start-file the window starts right after the warmup.
 
 Run:
   python3 benchmarks/torch/serve.py --model resnet50 --mode capacity --seconds 5
   python3 benchmarks/torch/serve.py --model bert --rate 150 --seconds 15 \\
       --csv bert.hp.csv
+  python3 benchmarks/torch/serve.py --rate 100 --start-file /tmp/go &
+  touch /tmp/go      # later: the window starts
   tally run --priority=high -- python3 benchmarks/torch/serve.py ...
 """
 
 import argparse
 import os
 import sys
+import time
 
 
 def parse_args(argv=None):
@@ -66,6 +70,12 @@ def parse_args(argv=None):
                    help="seed of the arrival times and the weights (default 1)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16",
                    help="weights and activations (default bf16)")
+    p.add_argument("--start-file", metavar="PATH",
+                   help="after the warmup, wait until PATH exists, then start the "
+                        "measurement window (gpu-colocate.sh's start signal)")
+    p.add_argument("--start-timeout", type=float, default=600.0, metavar="S",
+                   help="--start-file: exit 1 when PATH has not appeared after S "
+                        "seconds (default 600)")
     p.add_argument("--device", default="cuda",
                    help="cuda (default); cpu only to check the code without a GPU")
     a = p.parse_args(argv)
@@ -78,7 +88,18 @@ def parse_args(argv=None):
     if a.seconds <= 0 or a.batch < 1 or a.warmup < 0 or a.drain < 0 or a.rate < 0:
         p.error("--seconds and --batch must be positive, --warmup, --drain and "
                 "--rate not negative")
+    if a.start_timeout <= 0:
+        p.error("--start-timeout must be positive")
     return a
+
+
+def wait_for_file(path, timeout):
+    """Polls every millisecond until path exists; exits 1 after timeout s."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit(f"serve: error: --start-file {path} did not appear in {timeout:g} s")
+        time.sleep(0.001)
 
 
 def main(argv=None):
@@ -95,9 +116,16 @@ def main(argv=None):
     sync = w.make_sync(device)
     settings = w.hp_settings(service, a.rate, a.seed, a.seconds, a.warmup, a.drain,
                              "default", device)
+
+    def wait_start():
+        w.say(f"hp: warmed up; waiting for {a.start_file}")
+        wait_for_file(a.start_file, a.start_timeout)
+
     with torch.inference_mode():
         lat, unserved, start, end = w.run_hp(service.request, sync, a.rate, a.seconds,
-                                             a.warmup, a.drain, a.seed, spin=True)
+                                             a.warmup, a.drain, a.seed, spin=True,
+                                             before_window=wait_start if a.start_file
+                                             else None)
     return w.report_hp(lat, unserved, start, end, a.rate, a.drain, settings, a.csv)
 
 

@@ -276,18 +276,22 @@ def wait_until(t, spin):
             return
 
 
-def run_hp(request, sync, rate, duration, warmup, drain, seed, spin=True, stop=None):
+def run_hp(request, sync, rate, duration, warmup, drain, seed, spin=True, stop=None,
+           before_window=None):
     """The request loop of hp-serve: warmup requests, then for `duration`
     seconds either Poisson arrivals at `rate` requests/s (a request's latency
     runs from its scheduled arrival, so time queued behind an earlier one
     counts) or, with rate 0, requests back to back. Requests that arrived in
     the window but are not served `drain` seconds after it are counted
     unserved with their latency so far (a lower bound). `stop` (an Event)
-    ends the loop early. Returns (latencies in us, unserved, start epoch,
-    end epoch)."""
+    ends the loop early. `before_window`, where given, is called after the
+    warmup and before the window starts (serve.py's --start-file wait).
+    Returns (latencies in us, unserved, start epoch, end epoch)."""
     for _ in range(warmup):
         request()
         sync()
+    if before_window:
+        before_window()
     lat = []
     unserved = 0
     start_epoch = time.time()
