@@ -114,6 +114,9 @@ Expected<ModuleOutput> compileModule(StringRef Text, StringRef Name,
   Out.HasVariants = any_of(Ctx.Meta.Kernels, [](const KernelRecord &K) {
     return !K.Variants.empty();
   });
+  // KeepCubin: PTX inputs compiled with ptxas and embedded metadata only
+  // (fatbin entries are compiled per cubin, as their ELF types ask).
+  const bool Keep = O.KeepCubin && !RequirePtxas && O.UsePtxas && O.EmbedMetadata;
   if (Out.HasVariants && (O.UsePtxas || RequirePtxas)) {
     auto Ptxas = findPtxas(O.Ptxas);
     if (!Ptxas)
@@ -127,7 +130,7 @@ Expected<ModuleOutput> compileModule(StringRef Text, StringRef Name,
     B.Options = O.PtxasOptions;
     BudgetOutcome Last;
     std::string Embedded;
-    if (O.KeepCubin) {
+    if (Keep) {
       // The metadata goes in first, so that the budget compiles the final
       // module; it cannot hold the resources the budget finds.
       B.Relocatable = false;
@@ -135,9 +138,9 @@ Expected<ModuleOutput> compileModule(StringRef Text, StringRef Name,
       if (Error E = embedMetadata(**M, Embedded))
         return std::move(E);
     }
-    if (Error E = applyRegisterBudget(**M, Ctx.Meta, B, O.KeepCubin ? &Last : nullptr))
+    if (Error E = applyRegisterBudget(**M, Ctx.Meta, B, Keep ? &Last : nullptr))
       return explainPtxasFailure(std::move(E), Text, Name, B);
-    if (O.KeepCubin) {
+    if (Keep) {
       std::string Now = yamlWithoutResources(Ctx.Meta);
       if (Now != Embedded) {
         // Variants were dropped: the module changes, and so must its cubin.
@@ -148,7 +151,7 @@ Expected<ModuleOutput> compileModule(StringRef Text, StringRef Name,
       }
     }
   }
-  if (Out.HasVariants && O.EmbedMetadata && !O.KeepCubin)
+  if (Out.HasVariants && O.EmbedMetadata && !Keep)
     if (Error E = embedMetadata(**M, Ctx.Meta.toYAML()))
       return std::move(E);
   raw_string_ostream TOS(Out.Text);

@@ -30,6 +30,7 @@
 #include "tally/Fatbin/CubinCompare.h"
 #include "tally/Passes/Pass.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -246,8 +247,15 @@ int main(int Argc, char **Argv) {
   // final cubin when nothing changed after it. Only when the check runs:
   // without it the report shown is the variant compilation's own.
   O.KeepCubin = Verify && !C.Arch.empty();
-  if (O.KeepCubin)
+  if (O.KeepCubin) {
     O.PtxasOptions = optionsWithoutIO(C);
+    // Warnings as errors would make a variant that spills fail the module
+    // (and the file fall back) where the budget drops just that variant;
+    // they change no code.
+    llvm::erase_if(O.PtxasOptions, [](const std::string &A) {
+      return A == "-Werror" || A == "--warning-as-error";
+    });
+  }
   auto Res = compileInput((*Input)->getMemBufferRef(), O);
   if (!Res) {
     std::string Why = toString(Res.takeError());
@@ -256,20 +264,26 @@ int main(int Argc, char **Argv) {
   const Clock::time_point T1 = Clock::now();
   std::string Report, ReportErr;
   bool Reused = !Res->Cubin.empty();
-  if (Reused) {
+  // Writes \p Bytes to \p Path; false on any error (a full disk included).
+  auto WriteFile = [](StringRef Path, StringRef Bytes, sys::fs::OpenFlags Flags) {
     std::error_code EC;
-    raw_fd_ostream OS(TmpCubin, EC, sys::fs::OF_None);
+    raw_fd_ostream OS(Path, EC, Flags);
     if (EC)
-      Fail("cannot write " + std::string(TmpCubin));
-    OS << Res->Cubin;
-  } else {
-    {
-      std::error_code EC;
-      raw_fd_ostream OS(TmpPtx, EC);
-      if (EC)
-        Fail("cannot write " + std::string(TmpPtx));
-      OS << Res->Output;
+      return false;
+    OS << Bytes;
+    OS.close();
+    if (OS.has_error()) {
+      OS.clear_error();
+      return false;
     }
+    return true;
+  };
+  if (Reused) {
+    if (!WriteFile(TmpCubin, Res->Cubin, sys::fs::OF_None))
+      Fail("cannot write " + std::string(TmpCubin));
+  } else {
+    if (!WriteFile(TmpPtx, Res->Output, sys::fs::OF_Text))
+      Fail("cannot write " + std::string(TmpPtx));
     auto Variant = runReal(Ptxas, rewriteCommand(C, std::string(TmpPtx), std::string(TmpCubin)));
     if (!Variant || Variant->Status != 0)
       Fail("ptxas failed on the module with variants");

@@ -45,7 +45,8 @@ struct CompileOptions {
   /// hand back the register budget's last cubin as CompileResult::Cubin
   /// when it was compiled from the final module, saving a compilation. The
   /// embedded metadata then has no `resources` (the runtime reads none);
-  /// CompileResult::Meta has them.
+  /// CompileResult::Meta has them. Only with UsePtxas and EmbedMetadata,
+  /// for PTX inputs (ignored for fatbins and host ELF files).
   bool KeepCubin = false;
   std::vector<std::string> PtxasOptions;
   /// Parallel ptxas runs and transformations for fatbin entries.
