@@ -21,11 +21,19 @@
 #           compiling, is left out). The PTX
 #           Triton made is kept ($OUT/triton-ptx.tgz) for compile-time
 #           measurements off the GPU.
-# Usage: scripts/gpu-runtime-kernels.sh [nvrtc] [triton]   (default: both)
+#   cupy    examples/cupy/cupy_ptx.py (RawKernel, ElementwiseKernel,
+#           ReductionKernel and CuPy's own operators, all compiled by NVRTC
+#           to PTX with CUPY_COMPILE_WITH_PTX=1 and loaded with
+#           cuModuleLoadData) plain, then under `tally run --runtime-ptx=on`
+#           forced to PTB with random preemption and forced to slices: the
+#           same checksums, modules transformed, at least 80 % of the GPU
+#           time in kernels with variants.
+# Usage: scripts/gpu-runtime-kernels.sh [nvrtc] [cupy] [triton]   (default: all)
 # Environment: OUT (default gpu-out), STEPS (train_gpt steps, default 20),
 # TRAIN_ARGS (more train_gpt.py options, default --mm-configs 2
 # --no-coordinate-descent), A_TIMEOUT (the compiling run's limit, 420 s),
-# TRITON_CACHES (a folder that keeps the caches between rounds).
+# TRITON_CACHES (a folder that keeps the caches between rounds), CUPY_ITERS
+# (cupy_ptx.py iterations, default 10).
 # Writes $OUT/kernels-summary.md and $OUT/kernels-logs.tgz; exit status 1
 # when a check failed.
 set -uo pipefail
@@ -43,8 +51,9 @@ TRAIN_ARGS=${TRAIN_ARGS:---mm-configs 2 --no-coordinate-descent}
 # Where Triton's and Inductor's caches live: TRITON_CACHES keeps them
 # between rounds on one machine (a second round reuses what compiled).
 A_TIMEOUT=${A_TIMEOUT:-420}
+CUPY_ITERS=${CUPY_ITERS:-10}
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(nvrtc triton)
+[[ ${#parts[@]} -gt 0 ]] || parts=(nvrtc cupy triton)
 fails=0
 rows=()
 row() { rows+=("| $1 | $2 |"); }
@@ -195,10 +204,56 @@ run_triton() {
   unset TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR
 }
 
+run_cupy() {
+  if ! python3 -c "import cupy" 2>/dev/null; then
+    row cupy "SKIPPED: no CuPy"
+    return
+  fi
+  python3 -c "import cupy; print('cupy', cupy.__version__)" >>"$O/device.txt"
+  # CuPy's own kernel cache, fresh: the plain run compiles (to PTX), the
+  # others load that PTX from it; Tally's run-time PTX cache, fresh too.
+  export CUPY_CACHE_DIR=$O/cupy-cache CUPY_COMPILE_WITH_PTX=1 CUPY_ACCELERATORS=
+  local cache=$O/cupy-ptx-cache
+  rm -rf "$CUPY_CACHE_DIR" "$cache"
+  (cd "$R" && timeout -k 5 180 python3 cupy_ptx.py --iters "$CUPY_ITERS") \
+    >"$O/cupy-plain.txt" 2>"$O/cupy-plain.err" ||
+    { fail cupy-plain "$(tail -c 300 "$O/cupy-plain.err" | tr '\n' ' ')"; unset CUPY_CACHE_DIR CUPY_COMPILE_WITH_PTX CUPY_ACCELERATORS; return; }
+  row cupy-plain "reference ($(wc -l <"$O/cupy-plain.txt") checksums)"
+  local name
+  for name in ptb slice; do
+    local extra=(--force=ptb --preempt=random:6)
+    [[ $name == slice ]] && extra=(--force=slice)
+    (cd "$R" && TALLY_CACHE_DIR=$cache timeout -k 5 300 "$TALLY" run --runtime-ptx=on "${extra[@]}" \
+      --stats="$O/cupy-$name.json" -- python3 cupy_ptx.py --iters "$CUPY_ITERS") \
+      >"$O/cupy-$name.txt" 2>"$O/cupy-$name.err"
+    local rc=$?
+    if [[ $rc -ne 0 ]]; then
+      fail "cupy-$name" "exit $rc: $(tail -c 300 "$O/cupy-$name.err" | tr '\n' ' ')"
+      continue
+    fi
+    if ! cmp -s "$O/cupy-plain.txt" "$O/cupy-$name.txt"; then
+      fail "cupy-$name" "checksums differ: $(diff "$O/cupy-plain.txt" "$O/cupy-$name.txt" | head -4 | tr '\n' ' ')"
+      continue
+    fi
+    local s=$O/cupy-$name.json k
+    k=$(json "$s" '"%d modules, %d transformed (tally-opt %.0f ms), %d refused, %d failed, %d rejected; launches ptb %d slice %d original %d, preempted %d; %.1f %% of GPU time in kernels with variants" % (s["runtime_ptx"]["modules"], s["runtime_ptx"]["transformed"], s["runtime_ptx"]["made_ms"], s["runtime_ptx"]["refused"], s["runtime_ptx"]["failed"], s["runtime_ptx"]["rejected"], sum(x["launches"]["ptb"] for x in s["kernels"]), sum(x["launches"]["slice"] for x in s["kernels"]), sum(x["launches"]["original"] for x in s["kernels"]), sum(x["preemptions"] for x in s["kernels"]), 100*(1-s["share_without_variants"]))')
+    row "cupy-$name" "same checksums; $k"
+    local want='s["runtime_ptx"]["transformed"] > 0 and s["share_without_variants"] <= 0.2'
+    if [[ $name == ptb ]]; then
+      want+=' and sum(x["launches"]["ptb"] for x in s["kernels"]) > 0 and sum(x["preemptions"] for x in s["kernels"]) > 0'
+    else
+      want+=' and sum(x["launches"]["slice"] for x in s["kernels"]) > 0'
+    fi
+    [[ $(json "$s" "$want") == True ]] || fail "cupy-$name" "not transformed, not run in the form, or under 80 % of GPU time with variants: $k"
+  done
+  unset CUPY_CACHE_DIR CUPY_COMPILE_WITH_PTX CUPY_ACCELERATORS
+}
+
 for p in "${parts[@]}"; do
   case $p in
     nvrtc) run_nvrtc ;;
     triton) run_triton ;;
+    cupy) run_cupy ;;
     *) echo "unknown part $p" >&2; exit 2 ;;
   esac
 done

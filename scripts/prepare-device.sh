@@ -70,9 +70,11 @@ nvcc -arch=sm_90a $R/obj/be-spin.tally.o -o $R/be-spin.tally
 rm -rf $R/obj/*.o $R/train-gpt-build $R/prefix/include $R/prefix/lib/cmake \
   $R/prefix/lib/*.a
 strip $R/prefix/bin/tally $R/prefix/bin/tally-opt $R/prefix/bin/tally-ptxas
-# The Triton training script (examples/triton), and in $R/torch the PyTorch
+# The Triton training script (examples/triton), the CuPy program
+# (examples/cupy), and in $R/torch the PyTorch
 # workloads of scripts/gpu-colocate.sh (HP_MODEL, BE_CONFS=torch).
 cp examples/triton/train_gpt.py $R/
+cp examples/cupy/cupy_ptx.py $R/
 mkdir -p $R/torch
 cp benchmarks/torch/*.py $R/torch/
 du -sh .carry
