@@ -53,7 +53,19 @@ using namespace tally;
 
 namespace {
 
-constexpr const char *Version = "1";
+constexpr const char *Version = "2";
+
+/// This program's identity: its size and modification time. Part of the
+/// `--version` line, so that caches keyed by it (Triton's) never hand a
+/// kernel compiled by one build of the transformations to another.
+std::string buildIdentity() {
+  sys::fs::file_status St;
+  std::string Me = sys::fs::getMainExecutable(nullptr, nullptr);
+  if (Me.empty() || sys::fs::status(Me, St))
+    return "unknown";
+  return std::to_string(St.getSize()) + "-" +
+         std::to_string(sys::toTimeT(St.getLastModificationTime()));
+}
 
 /// Temporary files, removed before this process exits or becomes ptxas.
 std::vector<std::string> Temps;
@@ -165,8 +177,8 @@ int main(int Argc, char **Argv) {
     if (!R)
       execReal(Ptxas, Args);
     removeTemps();
-    outs() << R->Out << "tally-ptxas " << Version
-           << ": adds Tally's sliced and preemptible variants to each module\n";
+    outs() << R->Out << "tally-ptxas " << Version << " (build " << buildIdentity()
+           << "): adds Tally's sliced and preemptible variants to each module\n";
     errs() << R->Err;
     return R->Status;
   }
