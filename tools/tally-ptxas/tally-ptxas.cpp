@@ -17,8 +17,9 @@
 // metadata is embedded before them, so the budget's last cubin is the one
 // written (CompileOptions::KeepCubin; the module is compiled again only if
 // a variant was dropped after it), and the check's plain compilation runs
-// beside the transformation. TALLY_PTXAS_TIMING=1 prints one line per file
-// with the phases' times.
+// beside the transformation; the budget's compilations use up to four
+// threads (`--split-compile=4`, unless the user chose). TALLY_PTXAS_TIMING=1
+// prints one line per file with the phases' times.
 //
 // The real ptxas: TALLY_PTXAS_REAL, else `ptxas` on PATH other than this
 // program, else /usr/local/cuda/bin/ptxas.
@@ -267,6 +268,15 @@ int main(int Argc, char **Argv) {
     llvm::erase_if(O.PtxasOptions, [](const std::string &A) {
       return A == "-Werror" || A == "--warning-as-error";
     });
+    // The module has about three times the functions of the input: ptxas
+    // may compile them on a few threads (unless the user chose). The check
+    // below still compares each original kernel's code with plain ptxas's.
+    bool UserSplit = llvm::any_of(O.PtxasOptions, [](const std::string &A) {
+      return StringRef(A).starts_with("--split-compile") ||
+             StringRef(A).starts_with("-split-compile");
+    });
+    if (!UserSplit)
+      O.PtxasOptions.push_back("--split-compile=4");
   }
   auto Res = compileInput((*Input)->getMemBufferRef(), O);
   if (!Res) {
