@@ -161,6 +161,11 @@ struct Coordination {
   PendingMeasure Measure;
   /// HP: the segment's completion word as the GPU sees it.
   CUdeviceptr FinishedDev = 0;
+  /// HP: a launch's number is taken and its completion write issued under
+  /// this lock, so the writes reach the internal stream in number order
+  /// whatever thread launches (recursive: never a hang if a driver call
+  /// comes back into the runtime on the same thread).
+  std::recursive_mutex HpIssueMu;
   bool GpuWrites = false;
   std::thread Heart;
   std::mutex HeartMu;

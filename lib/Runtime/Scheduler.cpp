@@ -311,6 +311,11 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   // announced (a completion written from a graph would be stale).
   if (!Co.Usable || Capturing)
     return Original();
+  // From the number to the completion write, one launch at a time: on the
+  // internal stream the writes then come in number order, so the word
+  // only grows and N means every launch up to N ended (launches on several
+  // streams or threads included).
+  std::lock_guard<std::recursive_mutex> Issue(Co.HpIssueMu);
   uint64_t LaunchedAt = monotonicNs();
   uint64_t Seq = Co.Seg->hpLaunch(LaunchedAt);
   if (Seq && Co.LaunchNs) {

@@ -665,6 +665,46 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
   EXPECT_FALSE(V.Active);
 }
 
+// Several threads launching on their own streams: the completion words the
+// "GPU" writes go up one by one, in launch order, and end at the last
+// launch, so a BE process never sees HP idle while an earlier launch runs
+// (a word written out of order), nor active after everything ended.
+TEST(ScheduleHp, CompletionsInLaunchOrderAcrossThreadsAndStreams) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_threads");
+  fake_log_clear();
+  constexpr int Threads = 4, PerThread = 150;
+  std::atomic<int> Failures{0};
+  std::vector<std::thread> Ts;
+  for (int T = 0; T < Threads; ++T)
+    Ts.emplace_back([&, T] {
+      CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x300 + T)); // the fake's streams are names
+      std::vector<int> Out(4);
+      for (int I = 0; I < PerThread; ++I)
+        if (launchDirect(M.K, Out, 4, S) != CUDA_SUCCESS)
+          ++Failures;
+    });
+  for (std::thread &T : Ts)
+    T.join();
+  ASSERT_EQ(Failures.load(), 0);
+  const char *How = std::getenv("TALLY_HP_COMPLETION");
+  if (How && std::string(How) == "gpu")
+    GTEST_SKIP() << "written from each launch's own stream: streams finish in any order";
+  std::regex Write("^writevalue64 stream=s[0-9]+ value=([0-9]+)$");
+  std::vector<uint64_t> Values;
+  for (const std::string &L : logLines()) {
+    std::smatch Mt;
+    if (std::regex_match(L, Mt, Write))
+      Values.push_back(std::stoull(Mt[1].str()));
+  }
+  ASSERT_EQ(Values.size(), size_t(Threads * PerThread));
+  for (size_t I = 1; I < Values.size(); ++I)
+    ASSERT_EQ(Values[I], Values[I - 1] + 1) << "completion " << I << " out of order";
+  tally::rt::HpView V = Other->hpView(tally::rt::monotonicNs());
+  EXPECT_FALSE(V.Active);
+}
+
 //===----------------------------------------------------------------------===//
 // PTX loaded at run time (TALLY_OPT names this build's tally-opt; the PTX
 // is a Triton kernel of test/outside-ptx, TALLY_TEST_PTX).
