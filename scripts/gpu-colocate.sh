@@ -43,7 +43,8 @@
 # Then robustness with Tally, when HP is hp-serve and be10 is among BE_CONFS:
 # BE killed with -9 in the middle of HP's run (HP must finish and report), HP
 # killed with -9 while BE runs (BE must go on and finish, exit 0); and under
-# Tally the be-spin checksum must equal BE alone's.
+# Tally the be-spin checksum must equal BE alone's, and train-gpt's per-step
+# losses (their bits) BE alone's over the steps both ran.
 #
 # Usage: scripts/gpu-colocate.sh [--quick] [DIR]      (from anywhere)
 #   DIR (default .carry/runtime) holds prefix/bin/tally, prefix/lib/libtally.so,
@@ -489,6 +490,34 @@ check_be() {
   fi
 }
 
+# check_gpt_losses NAME: train-gpt's per-step losses (deterministic: the
+# same bits in every run) beside HP under Tally, preempted and resumed,
+# equal BE alone's over the steps both ran (at least 50).
+check_gpt_losses() {
+  local name=$1 ref=$L/be-alone-gpt.be.log got=$L/$1.be.log out
+  out=$(python3 - "$ref" "$got" <<'PYEOF'
+import re, sys
+def steps(path):
+    d = {}
+    for line in open(path, errors="replace"):
+        m = re.search(r"\bstep (\d+) loss \S+ bits ([0-9a-f]+)", line)
+        if m:
+            d[int(m.group(1))] = m.group(2)
+    return d
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+common = sorted(set(a) & set(b))
+bad = [k for k in common if a[k] != b[k]]
+if bad:
+    print(f"FAIL step {bad[0]}: {b[bad[0]]} but BE alone gave {a[bad[0]]} ({len(bad)} of {len(common)} steps differ)")
+elif len(common) < 50:
+    print(f"FAIL only {len(common)} steps to compare")
+else:
+    print(f"PASS {len(common)} steps, every loss's bits as BE alone's")
+PYEOF
+)
+  check "$name: BE losses" "${out%% *}" "${out#* }"
+}
+
 # hp_ok NAME RC: the HP run ended well.
 hp_ok() {
   if [[ $2 != 0 ]] || ! grep -q '^hp: requests' "$L/$1.hp.log"; then
@@ -571,6 +600,7 @@ colo() {
   if [[ $conf == gpt || $conf == torch ]]; then
     # Stopped by SIGTERM: train.py ends cleanly (0), train-gpt by the signal.
     [[ $BERC == 143 || $BERC == 0 ]] || check "$name: BE run" FAIL "exit $BERC: $(errtail "$L/$name.be.err")"
+    [[ $conf == gpt ]] && is_tally "$sys" && check_gpt_losses "$name"
   else
     check_be "$name" "$conf" "$L/$name.be.log" "$BERC"
   fi
