@@ -8,12 +8,13 @@
 # statistics; three rounds, interleaved.
 # Usage: scripts/gpu-hp-overhead.sh [DIR]   (DIR default .carry/runtime)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 R=$(cd "${1:-.carry/runtime}" && pwd)
 T=$R/prefix/bin/tally
 # On tmpfs: the GPU writes HP completions into the segment (a folder on
 # another file system cannot be mapped for the GPU).
-export TALLY_SHM_DIR=$(mktemp -d -p /dev/shm)
+TALLY_SHM_DIR=$(mktemp -d -p /dev/shm)
+export TALLY_SHM_DIR
 run() {
   local name=$1
   shift
@@ -21,7 +22,7 @@ run() {
     awk -v n="$name" '/^hp: requests/ { printf "%-22s p50 %7s p99 %7s us", n, $7, $9 }
                       /^hp: capacity/ { printf "  capacity %s req/s\n", $3 }'
 }
-for round in 1 2 3; do
+for _ in 1 2 3; do
   run plain env
   run tally-no-schedule "$T" run --priority=high --no-schedule --
   run tally "$T" run --priority=high --

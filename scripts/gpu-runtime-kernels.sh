@@ -37,7 +37,7 @@
 # Writes $OUT/kernels-summary.md and $OUT/kernels-logs.tgz; exit status 1
 # when a check failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 R=$(pwd)/.carry/runtime
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"

@@ -13,7 +13,7 @@
 # printed last.
 # Exit status 1 when any output differs or a run fails.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 R=$(pwd)/.carry/runtime
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -143,7 +143,7 @@ else
 fi
 
 echo "== runtime: benchmarks"
-for i in 1 2 3; do
+for _ in 1 2 3; do
   (cd "$R" && ./runtime-launch-overhead) >>"$O/launch-plain.txt" 2>&1
   (cd "$R" && "$TALLY" run --priority=high -- ./runtime-launch-overhead) \
     >>"$O/launch-runtime.txt" 2>&1

@@ -9,7 +9,7 @@
 # Usage: scripts/gpu.sh [all|compiler|runtime]   (default all)
 # Logs go to $OUT (or ./gpu-out); a short table is printed last.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 mode=${1:-all}
 case $mode in
   runtime) exec scripts/gpu-runtime.sh ;;

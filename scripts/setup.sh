@@ -9,6 +9,7 @@ PKGS=(
   libcli11-dev libyaml-cpp-dev libzstd-dev liblz4-dev
   libgtest-dev libbenchmark-dev
   clang-22 libclang-rt-22-dev
+  shellcheck
 )
 
 missing=()

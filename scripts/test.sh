@@ -8,7 +8,6 @@
 # Set TALLY_FUZZ_SECONDS (default 45 per fuzzer) to change the fuzz budget.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 scripts/setup.sh
 export PATH=/usr/local/cuda/bin:$PATH
 jobs=$(nproc)

@@ -3,7 +3,7 @@
 # set (the caches filled): train_gpt.py under each form, to find which
 # breaks. Writes $OUT/triton-forms/*.{txt,err,json}.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 R=$(pwd)/.carry/runtime
 T=${TRITON_CACHES:?}
 export TRITON_CACHE_DIR=$T/triton TORCHINDUCTOR_CACHE_DIR=$T/inductor
