@@ -143,6 +143,12 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_SILENCE_MS", V, "milliseconds from 1 to 3600000");
     C.SilenceMs = N;
   }
+  if (const char *V = GetEnv("TALLY_QUEUE_US"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 1000000, N))
+      return Fail("TALLY_QUEUE_US", V, "microseconds from 0 to 1000000");
+    C.QueueUs = N;
+  }
   if (const char *V = GetEnv("TALLY_SHM_DIR"); V && *V)
     C.ShmDir = V;
   if (const char *V = GetEnv("TALLY_SCHEDULE"); V && *V) {

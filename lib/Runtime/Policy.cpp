@@ -180,6 +180,16 @@ Choice Policy::choose(const LaunchShape &S) {
   return C;
 }
 
+uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {
+  if (C.F == Form::Slice)
+    return 0;
+  Measurement M = lookup(S.Key, C.name());
+  if (!M.Count || !M.BestNs)
+    return 0;
+  double Ns = C.F == Form::Original ? double(M.BestNs) : turnaroundUs(S, C, M.BestNs) * 1e3;
+  return static_cast<uint64_t>(Ns * 1.25) + 1;
+}
+
 void Policy::measured(const LaunchShape &S, const Choice &C, uint64_t Ns) {
   if (Ns == 0)
     return;

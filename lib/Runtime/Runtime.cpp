@@ -611,6 +611,8 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
     C->BeLastPreemptible = false;
     C->BeOverlapCounted = false;
   }
+  if (R == CUDA_SUCCESS)
+    S.queueBe(*C, Stream, UINT64_MAX); // with a queue budget: nothing queues behind it
   return R;
 }
 

@@ -124,6 +124,17 @@ struct ContextState {
   bool BeDoneRecorded = false;
   bool BeLastPreemptible = false; ///< the latest BE launch was PTB
   bool BeOverlapCounted = false;  ///< HP was seen arriving during it (counted)
+  /// With a queue budget (Config::QueueUs): the BE launches that may still
+  /// run, each with how long it may make an arriving HP kernel wait
+  /// (UINT64_MAX: unknown; nothing is queued behind it). Guarded by
+  /// Coordination::BeMu, as everything about BE launches.
+  struct QueuedBe {
+    CUevent E = nullptr;
+    uint64_t WaitNs = 0;
+  };
+  std::deque<QueuedBe> BeQueue;
+  std::vector<CUevent> BeQueueFree;
+  bool BeQueueBroken = false; ///< an event could not be made: one at a time
   /// Workers per SM by (variant, threads per block, dynamic shared bytes).
   std::map<std::tuple<CUfunction, unsigned, unsigned>, int> Occupancy;
 };
@@ -189,6 +200,8 @@ struct Coordination {
   /// BE launches that could not be stopped when HP arrived (originals,
   /// slices, graph and cooperative launches running then).
   std::atomic<uint64_t> Unstoppable{0};
+  /// BE launches made while earlier ones were still queued (QueueUs).
+  std::atomic<uint64_t> QueuedLaunches{0};
   /// Policy-chosen launches of grids smaller than the GPU, by form.
   std::atomic<uint64_t> SmallGrid[3] = {};
 };
@@ -326,6 +339,14 @@ struct Runtime::Impl {
   CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
                     CUstream S, Form &F);
   void holdWhileHpBusy(ContextState &C);
+  /// Queue budget: forgets the queued launches that ended and returns what
+  /// the others may make HP wait (saturating; 0 when none is left).
+  uint64_t queuedWait(ContextState &C);
+  /// Queue budget: holds the calling thread until HP is idle and a launch
+  /// that may make HP wait \p WaitNs fits beside the queued ones.
+  void holdForQueue(ContextState &C, uint64_t WaitNs);
+  /// Queue budget: remembers a launch just made on \p S.
+  void queueBe(ContextState &C, CUstream S, uint64_t WaitNs);
   void finishMeasurement();
   void scheduled(PtbLaunch &L);
 

@@ -371,7 +371,11 @@ void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
   uint64_t Start = 0;
   for (unsigned Spin = 0;; ++Spin) {
     bool Busy = false;
-    if (C.BeDoneRecorded) {
+    if (!C.BeQueue.empty()) {
+      queuedWait(C);
+      Busy = !C.BeQueue.empty(); // every queued launch must have ended
+    }
+    if (!Busy && C.BeDoneRecorded) {
       CUresult Q = D.cuEventQuery(C.BeDone);
       if (Q == CUDA_ERROR_NOT_READY) {
         Busy = true;
@@ -403,6 +407,73 @@ void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
   }
   if (Start)
     Co.HeldNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
+}
+
+uint64_t Runtime::Impl::queuedWait(ContextState &C) {
+  uint64_t Sum = 0;
+  for (auto It = C.BeQueue.begin(); It != C.BeQueue.end();) {
+    if (D.cuEventQuery(It->E) != CUDA_ERROR_NOT_READY) {
+      C.BeQueueFree.push_back(It->E); // ended (or the context is gone)
+      It = C.BeQueue.erase(It);
+      continue;
+    }
+    Sum = It->WaitNs == UINT64_MAX || Sum + It->WaitNs < Sum ? UINT64_MAX : Sum + It->WaitNs;
+    ++It;
+  }
+  return Sum;
+}
+
+void Runtime::Impl::holdForQueue(ContextState &C, uint64_t WaitNs) {
+  const uint64_t Budget = Cfg.QueueUs * 1000;
+  uint64_t Start = 0;
+  bool Behind = false;
+  for (unsigned Spin = 0;; ++Spin) {
+    uint64_t Queued = queuedWait(C);
+    Behind = !C.BeQueue.empty();
+    bool Busy = Behind && (Queued == UINT64_MAX || WaitNs > Budget || Queued > Budget - WaitNs);
+    if (!Busy) {
+      Policy::Mode Mode;
+      Busy = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
+      if (Busy && !Start) {
+        Start = monotonicNs();
+        Co.Holds.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (!Busy || Shut.load(std::memory_order_relaxed))
+      break;
+    if (Spin < 200)
+      cpuRelax();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(10));
+  }
+  if (Start)
+    Co.HeldNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
+  if (Behind)
+    Co.QueuedLaunches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Runtime::Impl::queueBe(ContextState &C, CUstream S, uint64_t WaitNs) {
+  if (!Cfg.QueueUs || C.BeQueueBroken)
+    return;
+  CUevent E = nullptr;
+  if (!C.BeQueueFree.empty()) {
+    E = C.BeQueueFree.back();
+    C.BeQueueFree.pop_back();
+  } else {
+    RelaxedCaptureGuard Relax(D);
+    if (D.cuEventCreate(&E, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+      E = nullptr;
+  }
+  if (!E || D.cuEventRecord(E, S) != CUDA_SUCCESS) {
+    // Without an event this launch's end cannot be seen: from here one
+    // launch at a time (the latest is still tracked by BeDone).
+    if (E)
+      C.BeQueueFree.push_back(E);
+    C.BeQueueBroken = true;
+    logf(LogLevel::Warn, "cannot track queued best-effort launches; one at a time from now");
+    return;
+  }
+  C.BeQueue.push_back({E, WaitNs});
 }
 
 /// The measured launch (if any) has ended: its time goes to the profile
@@ -443,8 +514,11 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     F = Cfg.Forced ? choose(K, A) : Form::Original;
     return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
-  // One BE launch at a time, each after HP has been idle for the window.
-  holdWhileHpBusy(C);
+  // One BE launch at a time, each after HP has been idle for the window;
+  // with a queue budget, launches whose wait is known may queue (below).
+  const bool Queue = Cfg.QueueUs && !C.BeQueueBroken;
+  if (!Queue || Co.Measure.Active)
+    holdWhileHpBusy(C);
   finishMeasurement();
   if (!C.BeStart || !C.BeDone) {
     RelaxedCaptureGuard Relax(D);
@@ -459,12 +533,12 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   }
   Choice Pick;
   bool Decided = false;
+  LaunchShape Sh;
   if (Cfg.Forced) {
     F = choose(K, A);
   } else if (!K.hasVariants() || A.OriginalOnly || K.Disabled.load(std::memory_order_relaxed)) {
     F = Form::Original;
   } else {
-    LaunchShape Sh;
     Sh.Key.Kernel = K.ProfileName.empty() ? K.Name : K.ProfileName;
     for (int I = 0; I < 3; ++I) {
       Sh.Key.Grid[I] = A.Grid[I];
@@ -494,6 +568,26 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
       }
     }
   }
+  uint64_t WaitNs = UINT64_MAX; // what this launch may make HP wait
+  if (Queue) {
+    if (Decided && !Pick.Measuring) {
+      std::lock_guard<std::mutex> G(Co.PolMu);
+      WaitNs = Co.Pol->queuedWaitNs(Sh, Pick);
+      if (!WaitNs)
+        WaitNs = UINT64_MAX;
+    }
+    if (WaitNs == UINT64_MAX) {
+      holdWhileHpBusy(C); // not measured (or measuring): alone, as without a budget
+      if (Co.Measure.Active) {
+        // The measurement counts HP arrivals from now, not from the choice.
+        std::lock_guard<std::mutex> G(Co.PolMu);
+        Co.Measure.Arrivals = Co.Pol->arrivals();
+        Co.Measure.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
+      }
+    } else {
+      holdForQueue(C, WaitNs);
+    }
+  }
   bool Timed = Co.Measure.Active;
   if (Timed && D.cuEventRecord(C.BeStart, S) != CUDA_SUCCESS)
     Co.Measure.Active = Timed = false;
@@ -505,6 +599,10 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Co.Measure.Active = false;
   C.BeLastPreemptible = F == Form::Ptb;
   C.BeOverlapCounted = false;
+  if (Queue && R == CUDA_SUCCESS) {
+    queueBe(C, S, Timed || F == Form::Slice || (Decided && F != Pick.F) ? UINT64_MAX : WaitNs);
+    queuedWait(C); // forget what already ended
+  }
   if (R != CUDA_SUCCESS)
     Co.Measure.Active = false;
   else if (Decided && uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2] < uint64_t(C.SMs))

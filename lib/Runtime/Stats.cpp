@@ -198,6 +198,10 @@ void Runtime::Impl::writeStats() {
                    (unsigned long long)Co.SmallGrid[0].load(),
                    (unsigned long long)Co.SmallGrid[1].load(),
                    (unsigned long long)Co.SmallGrid[2].load(), Co.Mps ? "; MPS on" : "; no MPS");
+  if (Co.Usable && Cfg.Prio != Priority::High && Cfg.QueueUs)
+    std::fprintf(E, "tally: queue budget %llu us: %llu launches queued behind earlier ones\n",
+                 (unsigned long long)Cfg.QueueUs,
+                 (unsigned long long)Co.QueuedLaunches.load());
   if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())
     std::fprintf(E,
                  "tally: profile choices for %zu launch shapes: the chosen form's best time over "
@@ -238,6 +242,7 @@ void Runtime::Impl::writeStats() {
                "\"hp_host_completions\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
+               "\"queue_us\": %llu, \"queued_launches\": %llu, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
                "\"profile_hits\": %llu, \"profile_misses\": %llu, "
                "\"choices\": {\"count\": %zu, \"cost_over_original_p50\": %.6f, "
@@ -252,7 +257,8 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
                Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
-               (unsigned long long)Co.Unstoppable.load(),
+               (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Cfg.QueueUs,
+               (unsigned long long)Co.QueuedLaunches.load(),
                (unsigned long long)Co.SmallGrid[0].load(),
                (unsigned long long)Co.SmallGrid[1].load(),
                (unsigned long long)Co.SmallGrid[2].load(), (unsigned long long)Hits,

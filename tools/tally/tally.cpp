@@ -382,6 +382,13 @@ int main(int Argc, char **Argv) {
                   "best-effort: after this long without HP activity, BE kernels run as "
                   "originals at full speed (default 100)")
       ->check(CLI::Range(1u, 3600000u));
+  unsigned QueueUs = 0;
+  Run->add_option("--queue-us", QueueUs,
+                  "best-effort, experimental: while HP is idle, queue BE launches as long as "
+                  "the estimated time of the queued work (from the profile) stays within this "
+                  "many us, instead of one launch at a time (default 0: one at a time); an "
+                  "arriving HP kernel may wait that long more")
+      ->check(CLI::Range(0u, 1000000u));
   Run->add_option("--shm-dir", ShmDir,
                   "folder of the per-GPU segment the processes share (default /dev/shm; "
                   "containers must share it)");
@@ -498,6 +505,8 @@ int main(int Argc, char **Argv) {
     Set("TALLY_IDLE_US", std::to_string(IdleUs));
   if (SilenceMs)
     Set("TALLY_SILENCE_MS", std::to_string(SilenceMs));
+  if (QueueUs)
+    Set("TALLY_QUEUE_US", std::to_string(QueueUs));
   Set("TALLY_SHM_DIR", ShmDir);
   if (NoCache)
     Set("TALLY_PROFILE_CACHE", "0");

@@ -82,6 +82,10 @@ struct Config {
   double TurnaroundUs = 31.6;
   uint64_t IdleUs = 100;
   uint64_t SilenceMs = 100;
+  /// Guarded mode: BE may queue launches while HP is idle as long as the
+  /// estimated time of the queued work stays within this (0: one launch at
+  /// a time).
+  uint64_t QueueUs = 0;
   std::string ShmDir = "/dev/shm";
   bool Schedule = true;
   bool ProfileCache = true;

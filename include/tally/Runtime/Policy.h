@@ -127,6 +127,12 @@ public:
   void measured(const LaunchShape &S, const Choice &C, uint64_t Ns);
   /// Estimated turnaround in us of \p C for \p S when it takes \p Ns.
   static double turnaroundUs(const LaunchShape &S, const Choice &C, uint64_t Ns);
+  /// How long an arriving HP kernel may have to wait for a launch of \p C
+  /// for \p S queued before it, in ns, from the measurements: an
+  /// original's whole time, a PTB launch's turnaround; a quarter more as a
+  /// margin. 0 when \p C was not measured, and for slices (issued one at a
+  /// time anyway): such a launch is not queued behind others.
+  uint64_t queuedWaitNs(const LaunchShape &S, const Choice &C) const;
 
   /// Choices made from a complete profile, and launches that were
   /// measurements (for the statistics).

@@ -21,6 +21,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -527,6 +528,7 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
   S().Events[E] = {St, S().Pending.size()};
   return CUDA_SUCCESS;
 }
+static int holdEvents();
 /// An event completes once the PTB launches queued on its stream before it
 /// are over: waiting for it runs them to their end (or stop, flag up).
 FAKE CUresult cuEventQuery(CUevent E) {
@@ -536,6 +538,8 @@ FAKE CUresult cuEventQuery(CUevent E) {
     checkLive(E, "event in query");
     return CUDA_ERROR_INVALID_HANDLE;
   }
+  if (holdEvents())
+    return CUDA_ERROR_NOT_READY;
   FEvent Ev = S().Events[E];
   for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
     PendingPtb &P = S().Pending[I];
@@ -615,6 +619,11 @@ FAKE CUresult cuLibraryUnload(CUlibrary) {
 // the driver refuses bad PTX.
 static bool RejectVariants = false;
 FAKE void fake_reject_variants(int On) { RejectVariants = On; }
+/// While on, no event has completed (cuEventQuery answers NOT_READY): work
+/// the runtime queued is "still running".
+static std::atomic<int> HoldEvents{0};
+FAKE void fake_hold_events(int On) { HoldEvents = On; }
+static int holdEvents() { return HoldEvents.load(); }
 
 static CUresult loadImage(const char *Entry, const void *Image, size_t Size = 0) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);

@@ -238,6 +238,27 @@ TEST(PolicyChoice, FastestWithinTheTarget) {
   EXPECT_TRUE(D.MeetsTarget);
 }
 
+TEST(PolicyChoice, QueuedWait) {
+  Policy P;
+  LaunchShape S = shape("q", 10000);
+  // Nothing measured yet: unknown (0), the launch is not queued.
+  Choice Orig;
+  EXPECT_EQ(P.queuedWaitNs(S, Orig), 0u);
+  auto Time = [](const Choice &C) -> uint64_t {
+    return C.F == Form::Original ? 1000 * Us : C.F == Form::Slice ? 1300 * Us : 1020 * Us;
+  };
+  Choice C = profile(P, S, Time);
+  ASSERT_EQ(C.name(), "ptb:w=264,c=1");
+  // A PTB launch may make HP wait its turnaround (1020 us * 264 / 10000),
+  // an original its whole time; a quarter more each. Slices: never queued.
+  EXPECT_NEAR(double(P.queuedWaitNs(S, C)), 1020e3 * 264 / 10000 * 1.25, 2.0);
+  EXPECT_NEAR(double(P.queuedWaitNs(S, Orig)), 1000e3 * 1.25, 2.0);
+  Choice Sl;
+  Sl.F = Form::Slice;
+  Sl.SliceBlocks = 528;
+  EXPECT_EQ(P.queuedWaitNs(S, Sl), 0u);
+}
+
 TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {
   Policy P;
   LaunchShape S = shape("short", 1000);

@@ -621,6 +621,53 @@ TEST(ScheduleBe, HeldWhileHpIsActive) {
   }
 }
 
+extern "C" void fake_hold_events(int On);
+
+// With a queue budget (TALLY_QUEUE_US=70 in its ctest): once the kernel's
+// forms are measured, launches made while HP is idle queue behind earlier
+// ones that have not ended, as long as what they may make HP wait (the
+// chosen PTB form's turnaround, 25 us here, and a quarter more) fits in
+// the budget: two fit, the third waits for the queue to drain.
+TEST(ScheduleBe, QueueBudget) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_queue");
+  {
+    // The BE process joins at its first launch; then an HP request comes
+    // and goes: Guarded mode (TALLY_SILENCE_MS=5000 keeps it), HP idle.
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+  }
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs()));
+  // Measure every form (7 candidates, 2 times each), then the choice.
+  for (int I = 0; I < 16; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+    bool Rejoined = false;
+    Hp->heartbeat(tally::rt::monotonicNs(), Rejoined);
+  }
+  fake_hold_events(1); // from now on nothing the runtime queued has ended
+  std::vector<std::vector<int>> Outs(3, std::vector<int>(40));
+  ASSERT_EQ(launchDirect(M.K, Outs[0], 40), CUDA_SUCCESS);
+  ASSERT_EQ(launchDirect(M.K, Outs[1], 40), CUDA_SUCCESS) << "not queued behind the first";
+  std::atomic<bool> Third{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(M.K, Outs[2], 40), CUDA_SUCCESS);
+    Third = true;
+  });
+  beAlive(*Hp, 150);
+  EXPECT_FALSE(Third.load()) << "a third launch went past the budget";
+  fake_hold_events(0);
+  beAlive(*Hp, 2000, &Third);
+  T.join();
+  fake_sync();
+  for (auto &Out : Outs)
+    expectEachBlockOnce(Out);
+}
+
 // An HP process killed in the middle of a request: its slot goes stale and
 // the BE process is not held by it.
 TEST(ScheduleBe, ADeadHpProcessDoesNotHoldIt) {

@@ -74,6 +74,11 @@ add_test(NAME runtime-schedule-be-profile
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-schedule.py ${_rt_dir}/be-stats.json
           ${_rt_dir}/cache-be ${_rt_dir}/be-stats-again.json)
 set_tests_properties(runtime-schedule-be-profile PROPERTIES FIXTURES_REQUIRED runtime-be-second)
+add_test(NAME runtime-schedule-queue COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
+set_tests_properties(runtime-schedule-queue PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-queue;TALLY_QUEUE_US=70;TALLY_SILENCE_MS=5000;TALLY_STATS=1"
+  PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-dead-hp COMMAND RuntimeTests --gtest_filter=ScheduleBe.ADeadHpProcessDoesNotHoldIt)
 set_tests_properties(runtime-schedule-dead-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-dead;TALLY_CACHE_DIR=${_rt_dir}/cache-dead"
