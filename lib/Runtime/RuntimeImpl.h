@@ -131,6 +131,7 @@ struct ContextState {
   struct QueuedBe {
     CUevent E = nullptr;
     uint64_t WaitNs = 0;
+    CUstream S = nullptr; ///< queued only behind launches on the same stream
   };
   std::deque<QueuedBe> BeQueue;
   std::vector<CUevent> BeQueueFree;
@@ -341,10 +342,12 @@ struct Runtime::Impl {
   void holdWhileHpBusy(ContextState &C);
   /// Queue budget: forgets the queued launches that ended and returns what
   /// the others may make HP wait (saturating; 0 when none is left).
-  uint64_t queuedWait(ContextState &C);
+  /// Queued launches on other streams than \p S count as unknown (a PTB
+  /// launch running beside another is not watched until that one ends).
+  uint64_t queuedWait(ContextState &C, CUstream S = nullptr);
   /// Queue budget: holds the calling thread until HP is idle and a launch
-  /// that may make HP wait \p WaitNs fits beside the queued ones.
-  void holdForQueue(ContextState &C, uint64_t WaitNs);
+  /// on \p S that may make HP wait \p WaitNs fits behind the queued ones.
+  void holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs);
   /// Queue budget: remembers a launch just made on \p S.
   void queueBe(ContextState &C, CUstream S, uint64_t WaitNs);
   void finishMeasurement();

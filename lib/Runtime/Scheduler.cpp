@@ -409,7 +409,7 @@ void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
     Co.HeldNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
 }
 
-uint64_t Runtime::Impl::queuedWait(ContextState &C) {
+uint64_t Runtime::Impl::queuedWait(ContextState &C, CUstream S) {
   uint64_t Sum = 0;
   for (auto It = C.BeQueue.begin(); It != C.BeQueue.end();) {
     if (D.cuEventQuery(It->E) != CUDA_ERROR_NOT_READY) {
@@ -417,18 +417,19 @@ uint64_t Runtime::Impl::queuedWait(ContextState &C) {
       It = C.BeQueue.erase(It);
       continue;
     }
-    Sum = It->WaitNs == UINT64_MAX || Sum + It->WaitNs < Sum ? UINT64_MAX : Sum + It->WaitNs;
+    uint64_t W = S && It->S != S ? UINT64_MAX : It->WaitNs;
+    Sum = W == UINT64_MAX || Sum + W < Sum ? UINT64_MAX : Sum + W;
     ++It;
   }
   return Sum;
 }
 
-void Runtime::Impl::holdForQueue(ContextState &C, uint64_t WaitNs) {
+void Runtime::Impl::holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs) {
   const uint64_t Budget = Cfg.QueueUs * 1000;
   uint64_t Start = 0;
   bool Behind = false;
   for (unsigned Spin = 0;; ++Spin) {
-    uint64_t Queued = queuedWait(C);
+    uint64_t Queued = queuedWait(C, S);
     Behind = !C.BeQueue.empty();
     bool Busy = Behind && (Queued == UINT64_MAX || WaitNs > Budget || Queued > Budget - WaitNs);
     if (!Busy) {
@@ -473,7 +474,7 @@ void Runtime::Impl::queueBe(ContextState &C, CUstream S, uint64_t WaitNs) {
     logf(LogLevel::Warn, "cannot track queued best-effort launches; one at a time from now");
     return;
   }
-  C.BeQueue.push_back({E, WaitNs});
+  C.BeQueue.push_back({E, WaitNs, S});
 }
 
 /// The measured launch (if any) has ended: its time goes to the profile
@@ -585,7 +586,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
         Co.Measure.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
       }
     } else {
-      holdForQueue(C, WaitNs);
+      holdForQueue(C, S, WaitNs);
     }
   }
   bool Timed = Co.Measure.Active;
