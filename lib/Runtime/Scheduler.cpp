@@ -410,14 +410,23 @@ void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
 }
 
 uint64_t Runtime::Impl::queuedWait(ContextState &C, CUstream S) {
+  // Launches on one stream end in order: querying stops at the first that
+  // has not (entries behind it, on any stream, count as still queued).
   uint64_t Sum = 0;
+  bool Pending = false;
   for (auto It = C.BeQueue.begin(); It != C.BeQueue.end();) {
-    if (D.cuEventQuery(It->E) != CUDA_ERROR_NOT_READY) {
+    if (!Pending && D.cuEventQuery(It->E) != CUDA_ERROR_NOT_READY) {
       C.BeQueueFree.push_back(It->E); // ended (or the context is gone)
       It = C.BeQueue.erase(It);
       continue;
     }
-    uint64_t W = S && It->S != S ? UINT64_MAX : It->WaitNs;
+    Pending = true;
+    // Behind a launch on another stream nothing is queued: a PTB launch
+    // running beside another is not watched until that one ends. Each
+    // thread's per-thread default stream has the same handle: never the
+    // same stream.
+    bool Same = S && It->S == S && S != CU_STREAM_PER_THREAD;
+    uint64_t W = S && !Same ? UINT64_MAX : It->WaitNs;
     Sum = W == UINT64_MAX || Sum + W < Sum ? UINT64_MAX : Sum + W;
     ++It;
   }
@@ -600,8 +609,10 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Co.Measure.Active = false;
   C.BeLastPreemptible = F == Form::Ptb;
   C.BeOverlapCounted = false;
-  if (Queue && R == CUDA_SUCCESS) {
-    queueBe(C, S, Timed || F == Form::Slice || (Decided && F != Pick.F) ? UINT64_MAX : WaitNs);
+  if (Queue) {
+    // A failed launch (some slices may have run) queues nothing behind it.
+    bool Unknown = R != CUDA_SUCCESS || Timed || F == Form::Slice || (Decided && F != Pick.F);
+    queueBe(C, S, Unknown ? UINT64_MAX : WaitNs);
     queuedWait(C); // forget what already ended
   }
   if (R != CUDA_SUCCESS)

@@ -634,7 +634,7 @@ TEST(ScheduleBe, QueueBudget) {
   Module M("be_queue");
   {
     // The BE process joins at its first launch; then an HP request comes
-    // and goes: Guarded mode (TALLY_SILENCE_MS=5000 keeps it), HP idle.
+    // and goes: Guarded mode (TALLY_SILENCE_MS=60000 keeps it), HP idle.
     std::vector<int> Out(40);
     ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
     fake_sync();
@@ -651,17 +651,26 @@ TEST(ScheduleBe, QueueBudget) {
   }
   fake_hold_events(1); // from now on nothing the runtime queued has ended
   std::vector<std::vector<int>> Outs(3, std::vector<int>(40));
-  ASSERT_EQ(launchDirect(M.K, Outs[0], 40), CUDA_SUCCESS);
-  ASSERT_EQ(launchDirect(M.K, Outs[1], 40), CUDA_SUCCESS) << "not queued behind the first";
-  std::atomic<bool> Third{false};
+  // In a thread, so that a launch that is not queued fails the test rather
+  // than waiting for ever (the events it would wait for are held).
+  std::atomic<int> Done{0};
   std::thread T([&] {
-    EXPECT_EQ(launchDirect(M.K, Outs[2], 40), CUDA_SUCCESS);
-    Third = true;
+    for (auto &Out : Outs) {
+      EXPECT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+      ++Done;
+    }
   });
+  for (int I = 0; I < 200 && Done.load() < 2; ++I)
+    beAlive(*Hp, 10);
+  EXPECT_EQ(Done.load(), 2) << "the second launch was not queued behind the first";
   beAlive(*Hp, 150);
-  EXPECT_FALSE(Third.load()) << "a third launch went past the budget";
+  EXPECT_EQ(Done.load(), 2) << "a third launch went past the budget";
   fake_hold_events(0);
-  beAlive(*Hp, 2000, &Third);
+  std::atomic<bool> All{false};
+  for (int I = 0; I < 200 && Done.load() < 3; ++I)
+    beAlive(*Hp, 10);
+  All = Done.load() == 3;
+  EXPECT_TRUE(All.load()) << "the third launch did not go once the queue drained";
   T.join();
   fake_sync();
   for (auto &Out : Outs)

@@ -76,7 +76,8 @@ add_test(NAME runtime-schedule-be-profile
 set_tests_properties(runtime-schedule-be-profile PROPERTIES FIXTURES_REQUIRED runtime-be-second)
 add_test(NAME runtime-schedule-queue COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
 set_tests_properties(runtime-schedule-queue PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-queue;TALLY_QUEUE_US=70;TALLY_SILENCE_MS=5000;TALLY_STATS=1"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-queue;TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1"
+  TIMEOUT 120
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-dead-hp COMMAND RuntimeTests --gtest_filter=ScheduleBe.ADeadHpProcessDoesNotHoldIt)
