@@ -340,6 +340,9 @@ struct Runtime::Impl {
   CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
                     CUstream S, Form &F);
   void holdWhileHpBusy(ContextState &C);
+  /// Spins until \p Busy() (BE's own work in the way) is false and HP is
+  /// idle, or the runtime shuts down; counts the holds HP caused.
+  template <typename OwnWork> void holdUntil(OwnWork Busy);
   /// Queue budget: forgets the queued launches that ended and returns what
   /// the others may make HP wait (saturating; 0 when none is left).
   /// Queued launches on other streams than \p S count as unknown (a PTB

@@ -367,36 +367,19 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
 /// Holds the calling thread until the previous BE launch has ended and HP
 /// has been idle for the idle window. Never forever: a dead HP process's
 /// activity stops counting once its heartbeat is stale.
-void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
+template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy) {
   uint64_t Start = 0;
   for (unsigned Spin = 0;; ++Spin) {
-    bool Busy = false;
-    if (!C.BeQueue.empty()) {
-      queuedWait(C);
-      Busy = !C.BeQueue.empty(); // every queued launch must have ended
-    }
-    if (!Busy && C.BeDoneRecorded) {
-      CUresult Q = D.cuEventQuery(C.BeDone);
-      if (Q == CUDA_ERROR_NOT_READY) {
-        Busy = true;
-        if (!C.BeLastPreemptible && !C.BeOverlapCounted && observeBusy(nullptr)) {
-          // HP arrived while a BE kernel that cannot be stopped runs.
-          C.BeOverlapCounted = true;
-          Co.Unstoppable.fetch_add(1, std::memory_order_relaxed);
-        }
-      } else {
-        C.BeDoneRecorded = false;
-      }
-    }
-    if (!Busy) {
+    bool Wait = Busy();
+    if (!Wait) {
       Policy::Mode Mode;
-      Busy = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
-      if (Busy && !Start) {
+      Wait = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
+      if (Wait && !Start) {
         Start = monotonicNs();
         Co.Holds.fetch_add(1, std::memory_order_relaxed);
       }
     }
-    if (!Busy)
+    if (!Wait)
       break;
     if (Shut.load(std::memory_order_relaxed))
       break; // exiting: finish the program's work
@@ -407,6 +390,28 @@ void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
   }
   if (Start)
     Co.HeldNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
+}
+
+void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
+  holdUntil([&] {
+    if (!C.BeQueue.empty()) {
+      queuedWait(C);
+      if (!C.BeQueue.empty())
+        return true; // every queued launch must have ended
+    }
+    if (!C.BeDoneRecorded)
+      return false;
+    if (D.cuEventQuery(C.BeDone) != CUDA_ERROR_NOT_READY) {
+      C.BeDoneRecorded = false;
+      return false;
+    }
+    if (!C.BeLastPreemptible && !C.BeOverlapCounted && observeBusy(nullptr)) {
+      // HP arrived while a BE kernel that cannot be stopped runs.
+      C.BeOverlapCounted = true;
+      Co.Unstoppable.fetch_add(1, std::memory_order_relaxed);
+    }
+    return true;
+  });
 }
 
 uint64_t Runtime::Impl::queuedWait(ContextState &C, CUstream S) {
@@ -435,29 +440,12 @@ uint64_t Runtime::Impl::queuedWait(ContextState &C, CUstream S) {
 
 void Runtime::Impl::holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs) {
   const uint64_t Budget = Cfg.QueueUs * 1000;
-  uint64_t Start = 0;
   bool Behind = false;
-  for (unsigned Spin = 0;; ++Spin) {
+  holdUntil([&] {
     uint64_t Queued = queuedWait(C, S);
     Behind = !C.BeQueue.empty();
-    bool Busy = Behind && (Queued == UINT64_MAX || WaitNs > Budget || Queued > Budget - WaitNs);
-    if (!Busy) {
-      Policy::Mode Mode;
-      Busy = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
-      if (Busy && !Start) {
-        Start = monotonicNs();
-        Co.Holds.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
-    if (!Busy || Shut.load(std::memory_order_relaxed))
-      break;
-    if (Spin < 200)
-      cpuRelax();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(10));
-  }
-  if (Start)
-    Co.HeldNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
+    return Behind && (Queued == UINT64_MAX || WaitNs > Budget || Queued > Budget - WaitNs);
+  });
   if (Behind)
     Co.QueuedLaunches.fetch_add(1, std::memory_order_relaxed);
 }
