@@ -226,6 +226,7 @@ void Runtime::Impl::reclaim(ContextState &C) {
     for (CUevent E : {L.Start, L.End, L.Gate})
       if (E)
         C.FreeEvents.push_back(E);
+    C.FreeEvents.insert(C.FreeEvents.end(), L.Spent.begin(), L.Spent.end());
     C.Retiring.pop_front();
   }
 }
@@ -432,13 +433,23 @@ bool Runtime::Impl::armPreemption(PtbLaunch &L, bool AtBlock, uint32_t Point, ui
   ContextState &C = *L.C;
   if (!C.Hand || C.PreemptBroken)
     return false;
+  // The resumption's own start and end events (see PtbLaunch::Spent).
+  CUevent NextStart = acquireEvent(C, false), NextEnd = acquireEvent(C, false);
+  if (!NextStart || !NextEnd) {
+    std::lock_guard<std::mutex> G(C.Mu);
+    for (CUevent E : {NextStart, NextEnd})
+      if (E)
+        C.FreeEvents.push_back(E);
+    return false; // not this time; nothing was queued
+  }
   Seq = ++C.Seq;
   auto Word = [&](HandWord W) { return C.HandDev + 4 * static_cast<unsigned>(W); };
   auto Ok = [](CUresult R) { return R == CUDA_SUCCESS; };
   const unsigned Geq = CU_STREAM_WAIT_VALUE_GEQ, Eq = CU_STREAM_WAIT_VALUE_EQ;
-  // The signal stream's wait for this run's start first: the resumption
-  // below records the start event anew.
   bool Done = Ok(D.cuStreamWaitEvent(C.Signal, L.Start, 0));
+  const bool Trace = Cfg.Level >= LogLevel::Debug; // progress marks in words 6, 7
+  if (Trace)
+    Done = Done && Ok(D.cuStreamWriteValue32(C.Signal, C.HandDev + 24, Seq, 0));
   // The resumption, before anything that could raise the flag.
   Done = Done && Ok(D.cuStreamWaitValue32(C.Resume, Word(HandFlagged), Seq, Geq)) &&
          Ok(D.cuStreamWaitEvent(C.Resume, L.End, 0)) &&
@@ -446,18 +457,24 @@ bool Runtime::Impl::armPreemption(PtbLaunch &L, bool AtBlock, uint32_t Point, ui
          Ok(D.cuStreamWriteValue32(C.Resume, Word(HandStopped), Seq, 0)) &&
          Ok(D.cuStreamWaitValue32(C.Resume, Word(HandGo), Seq, Geq)) &&
          Ok(D.cuStreamWriteValue32(C.Resume, L.Ctrl + 4, 0, 0)) &&
-         Ok(D.cuEventRecord(L.Start, C.Resume)) &&
+         Ok(D.cuEventRecord(NextStart, C.Resume)) &&
          Ok(launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume,
                           L.ParamBuf.data(), L.ParamBytes)) &&
-         Ok(D.cuEventRecord(L.End, C.Resume)) &&
+         Ok(D.cuEventRecord(NextEnd, C.Resume)) &&
          Ok(D.cuStreamWriteValue32(C.Resume, Word(HandEnded), Seq, 0));
   bool Armed = Done;
   // The raise: Raise must equal Seq exactly, so that after a failure here
   // no later number sets off what was queued.
   Armed = Armed && Ok(D.cuStreamWaitValue32(C.Signal, Word(HandRaise), Seq, Eq)) &&
+          (!Trace || Ok(D.cuStreamWriteValue32(C.Signal, C.HandDev + 28, Seq, 0))) &&
           (!AtBlock || Ok(D.cuStreamWaitValue32(C.Signal, L.Ctrl + 8, Point, Geq))) &&
           Ok(D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, 0)) &&
           Ok(D.cuStreamWriteValue32(C.Signal, Word(HandFlagged), Seq, 0));
+  // From here the launch's current run is the resumption.
+  L.Spent.push_back(L.Start);
+  L.Spent.push_back(L.End);
+  L.Start = NextStart;
+  L.End = NextEnd;
   if (Armed)
     return true;
   // Nothing is raised (Raise never gets Seq: no more arming here). What the
@@ -486,6 +503,23 @@ bool Runtime::Impl::awaitStop(PtbLaunch &L, uint32_t Seq, uint32_t &Done) {
     if (Spin < 2000)
       continue;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (Spin == 100000 && Cfg.Level >= LogLevel::Debug) {
+      // About 2 s: where the handshake stands (a debugging aid).
+      logf(LogLevel::Debug,
+           "kernel %s: no stop after 2 s: raise %u flagged %u stopped %u done %u go %u ended %u "
+           "(waiting for %u; signal stream past its event wait %u, past the raise wait %u; "
+           "signal %s, resume %s; earlier start %s, end %s); start event %s, end event %s",
+           L.K->Name.c_str(), handLoad(C, HandRaise), handLoad(C, HandFlagged),
+           handLoad(C, HandStopped), handLoad(C, HandDone), handLoad(C, HandGo),
+           handLoad(C, HandEnded), Seq, __atomic_load_n(&C.Hand[6], __ATOMIC_ACQUIRE),
+           __atomic_load_n(&C.Hand[7], __ATOMIC_ACQUIRE),
+           D.cuStreamQuery ? D.errorName(D.cuStreamQuery(C.Signal)).c_str() : "-",
+           D.cuStreamQuery ? D.errorName(D.cuStreamQuery(C.Resume)).c_str() : "-",
+           L.Spent.size() >= 2 ? D.errorName(D.cuEventQuery(L.Spent[L.Spent.size() - 2])).c_str() : "-",
+           L.Spent.size() >= 2 ? D.errorName(D.cuEventQuery(L.Spent.back())).c_str() : "-",
+           D.errorName(D.cuEventQuery(L.Start)).c_str(),
+           D.errorName(D.cuEventQuery(L.End)).c_str());
+    }
     if ((Spin & 255) == 0 && Shut.load(std::memory_order_relaxed)) {
       if (Deadline == Clock::time_point{})
         Deadline = Clock::now() + std::chrono::seconds(10);

@@ -185,8 +185,6 @@ ContextState *Runtime::Impl::context() {
   if (R == CUDA_SUCCESS)
     R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING, Greatest);
   if (R == CUDA_SUCCESS)
-    R = D.cuStreamCreateWithPriority(&C.Copy, CU_STREAM_NON_BLOCKING, Least);
-  if (R == CUDA_SUCCESS)
     setUpHandshake(C);
   if (R != CUDA_SUCCESS || C.SMs <= 0) {
     logf(LogLevel::Warn, "cannot set up a CUDA context for variants (%s); its kernels run as they are",
@@ -221,9 +219,9 @@ ModuleEntry *Runtime::Impl::moduleEntry(void *Owner, bool IsLibrary, ContextStat
     } else {
       std::string Text(Bytes, '\0');
       RelaxedCaptureGuard Relax(D);
-      R = D.cuMemcpyDtoHAsync(&Text[0], Ptr, Bytes, C->Copy);
+      R = D.cuMemcpyDtoHAsync(&Text[0], Ptr, Bytes, C->Resume);
       if (R == CUDA_SUCCESS)
-        R = D.cuStreamSynchronize(C->Copy);
+        R = D.cuStreamSynchronize(C->Resume);
       if (R != CUDA_SUCCESS) {
         E->Problem = "cannot read the embedded metadata (" + D.errorName(R) + ")";
       } else {

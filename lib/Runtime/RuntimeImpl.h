@@ -95,6 +95,9 @@ struct PtbLaunch {
   CUevent Start = nullptr; ///< after the control block was cleared, before the launch
   CUevent End = nullptr;   ///< after the latest (re)launch
   CUevent Gate = nullptr;  ///< on the application's stream, after the gate
+  /// Start and end events of earlier runs. Each resumption records fresh
+  /// ones: an event a queued wait refers to is never recorded again.
+  std::vector<CUevent> Spent;
   /// Preempted when HP processes are active (the scheduler), rather than
   /// at random points (--preempt).
   bool Scheduled = false;
@@ -110,9 +113,10 @@ struct ContextState {
   /// Destroyed: nothing of it may be touched again (its handles are gone).
   std::atomic<bool> Dead{false};
   int SMs = 0;
-  CUstream Resume = nullptr; ///< resumptions (non-blocking)
+  /// Resumptions and internal copies (non-blocking). (Two internal streams
+  /// only: every stream takes a hardware queue, Interpose.cpp.)
+  CUstream Resume = nullptr;
   CUstream Signal = nullptr; ///< preemption flags (non-blocking, highest priority)
-  CUstream Copy = nullptr;   ///< internal copies, such as metadata (non-blocking)
   /// The preemption handshake (Launcher.cpp): words in host memory that the
   /// GPU waits on and writes (registered and mapped), indexed by
   /// HandWord. Null: PTB launches are not preempted in this context.
