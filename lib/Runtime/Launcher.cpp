@@ -446,30 +446,30 @@ bool Runtime::Impl::armPreemption(PtbLaunch &L, bool AtBlock, uint32_t Point, ui
   auto Word = [&](HandWord W) { return C.HandDev + 4 * static_cast<unsigned>(W); };
   auto Ok = [](CUresult R) { return R == CUDA_SUCCESS; };
   const unsigned Geq = CU_STREAM_WAIT_VALUE_GEQ, Eq = CU_STREAM_WAIT_VALUE_EQ;
-  bool Done = Ok(D.cuStreamWaitEvent(C.Signal, L.Start, 0));
+  // The raise first. The two internal streams may share one hardware queue
+  // (measured on an H100: they did), where the resumption's waits, queued
+  // first, held the raise behind them. Raise must equal Seq exactly, so
+  // that after a failure below no later number sets off what was queued.
   const bool Trace = Cfg.Level >= LogLevel::Debug; // progress marks in words 6, 7
-  if (Trace)
-    Done = Done && Ok(D.cuStreamWriteValue32(C.Signal, C.HandDev + 24, Seq, 0));
-  // The resumption, before anything that could raise the flag.
-  Done = Done && Ok(D.cuStreamWaitValue32(C.Resume, Word(HandFlagged), Seq, Geq)) &&
-         Ok(D.cuStreamWaitEvent(C.Resume, L.End, 0)) &&
-         Ok(D.cuMemcpyDtoHAsync(&C.Hand[HandDone], L.Ctrl + 8, 4, C.Resume)) &&
-         Ok(D.cuStreamWriteValue32(C.Resume, Word(HandStopped), Seq, 0)) &&
-         Ok(D.cuStreamWaitValue32(C.Resume, Word(HandGo), Seq, Geq)) &&
-         Ok(D.cuStreamWriteValue32(C.Resume, L.Ctrl + 4, 0, 0)) &&
-         Ok(D.cuEventRecord(NextStart, C.Resume)) &&
-         Ok(launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume,
-                          L.ParamBuf.data(), L.ParamBytes)) &&
-         Ok(D.cuEventRecord(NextEnd, C.Resume)) &&
-         Ok(D.cuStreamWriteValue32(C.Resume, Word(HandEnded), Seq, 0));
-  bool Armed = Done;
-  // The raise: Raise must equal Seq exactly, so that after a failure here
-  // no later number sets off what was queued.
-  Armed = Armed && Ok(D.cuStreamWaitValue32(C.Signal, Word(HandRaise), Seq, Eq)) &&
-          (!Trace || Ok(D.cuStreamWriteValue32(C.Signal, C.HandDev + 28, Seq, 0))) &&
-          (!AtBlock || Ok(D.cuStreamWaitValue32(C.Signal, L.Ctrl + 8, Point, Geq))) &&
-          Ok(D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, 0)) &&
-          Ok(D.cuStreamWriteValue32(C.Signal, Word(HandFlagged), Seq, 0));
+  bool Raising = Ok(D.cuStreamWaitEvent(C.Signal, L.Start, 0)) &&
+                 (!Trace || Ok(D.cuStreamWriteValue32(C.Signal, C.HandDev + 24, Seq, 0))) &&
+                 Ok(D.cuStreamWaitValue32(C.Signal, Word(HandRaise), Seq, Eq)) &&
+                 (!Trace || Ok(D.cuStreamWriteValue32(C.Signal, C.HandDev + 28, Seq, 0))) &&
+                 (!AtBlock || Ok(D.cuStreamWaitValue32(C.Signal, L.Ctrl + 8, Point, Geq))) &&
+                 Ok(D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, 0)) &&
+                 Ok(D.cuStreamWriteValue32(C.Signal, Word(HandFlagged), Seq, 0));
+  // The resumption, queued whole before anything can raise the flag.
+  bool Armed = Raising && Ok(D.cuStreamWaitValue32(C.Resume, Word(HandFlagged), Seq, Geq)) &&
+               Ok(D.cuStreamWaitEvent(C.Resume, L.End, 0)) &&
+               Ok(D.cuMemcpyDtoHAsync(&C.Hand[HandDone], L.Ctrl + 8, 4, C.Resume)) &&
+               Ok(D.cuStreamWriteValue32(C.Resume, Word(HandStopped), Seq, 0)) &&
+               Ok(D.cuStreamWaitValue32(C.Resume, Word(HandGo), Seq, Geq)) &&
+               Ok(D.cuStreamWriteValue32(C.Resume, L.Ctrl + 4, 0, 0)) &&
+               Ok(D.cuEventRecord(NextStart, C.Resume)) &&
+               Ok(launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume,
+                                L.ParamBuf.data(), L.ParamBytes)) &&
+               Ok(D.cuEventRecord(NextEnd, C.Resume)) &&
+               Ok(D.cuStreamWriteValue32(C.Resume, Word(HandEnded), Seq, 0));
   // From here the launch's current run is the resumption.
   L.Spent.push_back(L.Start);
   L.Spent.push_back(L.End);
@@ -477,10 +477,11 @@ bool Runtime::Impl::armPreemption(PtbLaunch &L, bool AtBlock, uint32_t Point, ui
   L.End = NextEnd;
   if (Armed)
     return true;
-  // Nothing is raised (Raise never gets Seq: no more arming here). What the
-  // resume stream holds drains: it finds the run ended on its own and runs
-  // a no-op resumption, if that much was queued. The control block may
-  // still be written by it: never reused.
+  // Nothing is raised (Raise never gets Seq: no more arming here; what the
+  // signal stream holds never runs). What the resume stream holds drains:
+  // it finds the run ended on its own and runs a no-op resumption, if that
+  // much was queued. The control block may still be written by it: never
+  // reused.
   C.PreemptBroken = true;
   handStore(C, HandFlagged, Seq);
   handStore(C, HandGo, Seq);
