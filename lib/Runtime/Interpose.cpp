@@ -586,22 +586,6 @@ __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxReset_v2(CUdev
 
 
 namespace {
-/// Before the program's first CUDA call (a constructor of the preloaded
-/// library): CUDA serves streams through a few hardware queues
-/// (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set), and streams beyond that
-/// share one, in issue order. A preempted launch's resumption, on the
-/// runtime's resume stream, must never queue behind the application's gate
-/// that waits for it (measured: a program of 7 streams hung once the
-/// runtime had a third), so the runtime asks for the most, 32, unless the
-/// user chose a number. Programs with more streams may still share one
-/// (docs/runtime.md).
-__attribute__((constructor)) void askForMoreHardwareQueues() {
-  const char *Off = std::getenv("TALLY_DISABLE");
-  if (Off && *Off && std::strcmp(Off, "0") != 0)
-    return;
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
-}
-
 /// Our wrappers, constant-initialised (relocated at load time), so that a
 /// dlsym made before any constructor ran already sees them.
 void *const Ours[NumHooks] = {

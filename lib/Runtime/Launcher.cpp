@@ -216,17 +216,16 @@ void Runtime::Impl::reclaim(ContextState &C) {
   while (!C.Retiring.empty()) {
     PtbLaunch &L = *C.Retiring.front();
     bool Busy = false;
-    for (CUevent E : {L.End, L.Gate})
+    for (CUevent E : {L.End, L.Gate, L.Flag})
       if (E && D.cuEventQuery(E) == CUDA_ERROR_NOT_READY)
         Busy = true;
     if (Busy)
       break;
     if (L.Ctrl)
       C.FreeCtrl.push_back(L.Ctrl);
-    for (CUevent E : {L.Start, L.End, L.Gate})
+    for (CUevent E : {L.Start, L.End, L.Gate, L.Flag})
       if (E)
         C.FreeEvents.push_back(E);
-    C.FreeEvents.insert(C.FreeEvents.end(), L.Spent.begin(), L.Spent.end());
     C.Retiring.pop_front();
   }
 }
@@ -267,8 +266,7 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   }
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
-  // Preempted only where the handshake words exist (ContextState::Hand).
-  bool Preemptible = (Cfg.RandomPreemptions > 0 || Scheduled) && C.Hand && !C.PreemptBroken;
+  bool Preemptible = Cfg.RandomPreemptions > 0 || Scheduled;
   {
     struct Relaxed {
       const DriverTable &D;
@@ -281,17 +279,18 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     if (Preemptible) {
       L->Start = acquireEvent(C, false);
       L->Gate = acquireEvent(C, false);
+      L->Flag = acquireEvent(C, false);
     }
   }
   auto GiveBack = [&] {
     std::lock_guard<std::mutex> G(C.Mu);
     if (L->Ctrl)
       C.FreeCtrl.push_back(L->Ctrl);
-    for (CUevent E : {L->Start, L->End, L->Gate})
+    for (CUevent E : {L->Start, L->End, L->Gate, L->Flag})
       if (E)
         C.FreeEvents.push_back(E);
   };
-  if (!L->Ctrl || !L->End || (Preemptible && (!L->Start || !L->Gate)) ||
+  if (!L->Ctrl || !L->End || (Preemptible && (!L->Start || !L->Gate || !L->Flag)) ||
       !buildParams(K, *K.Ptb, A, 0, L->Ctrl, Chunk, L->ParamBuf, L->ParamBytes)) {
     GiveBack();
     return false;
@@ -404,130 +403,24 @@ bool Runtime::Impl::waitEvent(CUevent E) {
   }
 }
 
-//===----------------------------------------------------------------------===//
-// Preemption, armed on the GPU before the flag goes up
-//===----------------------------------------------------------------------===//
-//
-// A preempted launch leaves the application's stream waiting (on the GPU)
-// for a resumption the runtime has to queue. Any driver call the runtime
-// makes in between may block: a thread of the program inside a call that
-// waits for that stream while holding the driver's lock (a synchronous copy
-// to pageable memory does) keeps every other driver call out, and the
-// program hangs. (CuPy does exactly that: cupy.asnumpy after a preempted
-// kernel.) So the whole preemption is queued before the flag goes up, each
-// step gated on the GPU by a word in host memory, and from the raise to the
-// resumption the runtime only reads and writes those words:
-//
-//   signal stream: wait for the run's start; wait until Raise == seq
-//                  [and done >= point]; flag := 1; Flagged := seq
-//   resume stream: wait until Flagged >= seq; wait for the run's end;
-//                  Done := done; Stopped := seq; wait until Go >= seq;
-//                  flag := 0; start; launch the variant; end; Ended := seq
-//
-// The host writes Raise, waits for Stopped, reads Done, and writes Go when
-// the launch may go on (at once under --preempt, once HP is idle under the
-// scheduler). A launch that had finished runs its resumption as a no-op:
-// every worker finds the grid done and leaves.
-
-bool Runtime::Impl::armPreemption(PtbLaunch &L, bool AtBlock, uint32_t Point, uint32_t &Seq) {
+bool Runtime::Impl::resume(PtbLaunch &L) {
   ContextState &C = *L.C;
-  if (!C.Hand || C.PreemptBroken)
-    return false;
-  // The resumption's own start and end events (see PtbLaunch::Spent).
-  CUevent NextStart = acquireEvent(C, false), NextEnd = acquireEvent(C, false);
-  if (!NextStart || !NextEnd) {
-    std::lock_guard<std::mutex> G(C.Mu);
-    for (CUevent E : {NextStart, NextEnd})
-      if (E)
-        C.FreeEvents.push_back(E);
-    return false; // not this time; nothing was queued
-  }
-  Seq = ++C.Seq;
-  auto Word = [&](HandWord W) { return C.HandDev + 4 * static_cast<unsigned>(W); };
-  auto Ok = [](CUresult R) { return R == CUDA_SUCCESS; };
-  const unsigned Geq = CU_STREAM_WAIT_VALUE_GEQ, Eq = CU_STREAM_WAIT_VALUE_EQ;
-  // The raise first. The two internal streams may share one hardware queue
-  // (measured on an H100: they did), where the resumption's waits, queued
-  // first, held the raise behind them. Raise must equal Seq exactly, so
-  // that after a failure below no later number sets off what was queued.
-  const bool Trace = Cfg.Level >= LogLevel::Debug; // progress marks in words 6, 7
-  bool Raising = Ok(D.cuStreamWaitEvent(C.Signal, L.Start, 0)) &&
-                 (!Trace || Ok(D.cuStreamWriteValue32(C.Signal, C.HandDev + 24, Seq, 0))) &&
-                 Ok(D.cuStreamWaitValue32(C.Signal, Word(HandRaise), Seq, Eq)) &&
-                 (!Trace || Ok(D.cuStreamWriteValue32(C.Signal, C.HandDev + 28, Seq, 0))) &&
-                 (!AtBlock || Ok(D.cuStreamWaitValue32(C.Signal, L.Ctrl + 8, Point, Geq))) &&
-                 Ok(D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, 0)) &&
-                 Ok(D.cuStreamWriteValue32(C.Signal, Word(HandFlagged), Seq, 0));
-  // The resumption, queued whole before anything can raise the flag.
-  bool Armed = Raising && Ok(D.cuStreamWaitValue32(C.Resume, Word(HandFlagged), Seq, Geq)) &&
-               Ok(D.cuStreamWaitEvent(C.Resume, L.End, 0)) &&
-               Ok(D.cuMemcpyDtoHAsync(&C.Hand[HandDone], L.Ctrl + 8, 4, C.Resume)) &&
-               Ok(D.cuStreamWriteValue32(C.Resume, Word(HandStopped), Seq, 0)) &&
-               Ok(D.cuStreamWaitValue32(C.Resume, Word(HandGo), Seq, Geq)) &&
-               Ok(D.cuStreamWriteValue32(C.Resume, L.Ctrl + 4, 0, 0)) &&
-               Ok(D.cuEventRecord(NextStart, C.Resume)) &&
-               Ok(launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume,
-                                L.ParamBuf.data(), L.ParamBytes)) &&
-               Ok(D.cuEventRecord(NextEnd, C.Resume)) &&
-               Ok(D.cuStreamWriteValue32(C.Resume, Word(HandEnded), Seq, 0));
-  // From here the launch's current run is the resumption.
-  L.Spent.push_back(L.Start);
-  L.Spent.push_back(L.End);
-  L.Start = NextStart;
-  L.End = NextEnd;
-  if (Armed)
+  CUresult R = D.cuStreamWriteValue32(C.Resume, L.Ctrl + 4, 0, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (R == CUDA_SUCCESS)
+    R = D.cuEventRecord(L.Start, C.Resume);
+  if (R == CUDA_SUCCESS)
+    R = launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume, L.ParamBuf.data(),
+                      L.ParamBytes);
+  if (R == CUDA_SUCCESS)
+    R = D.cuEventRecord(L.End, C.Resume);
+  if (R == CUDA_SUCCESS) {
+    L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
+    logf(LogLevel::Debug, "kernel %s: resumed on %u workers", L.K->Name.c_str(), L.Workers);
     return true;
-  // Nothing is raised (Raise never gets Seq: no more arming here; what the
-  // signal stream holds never runs). What the resume stream holds drains:
-  // it finds the run ended on its own and runs a no-op resumption, if that
-  // much was queued. The control block may still be written by it: never
-  // reused.
-  C.PreemptBroken = true;
-  handStore(C, HandFlagged, Seq);
-  handStore(C, HandGo, Seq);
-  L.Ctrl = 0;
-  logf(LogLevel::Warn, "kernel %s: cannot queue a preemption; PTB launches in this context are "
-       "not preempted from now on", L.K->Name.c_str());
-  return false;
-}
-
-bool Runtime::Impl::awaitStop(PtbLaunch &L, uint32_t Seq, uint32_t &Done) {
-  ContextState &C = *L.C;
-  Clock::time_point Deadline{};
-  for (unsigned Spin = 0;; ++Spin) {
-    if (reached(handLoad(C, HandStopped), Seq)) {
-      Done = handLoad(C, HandDone);
-      return true;
-    }
-    if (C.Dead.load(std::memory_order_acquire))
-      return false;
-    if (Spin < 2000)
-      continue;
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-    if (Spin == 100000 && Cfg.Level >= LogLevel::Debug) {
-      // About 2 s: where the handshake stands (a debugging aid).
-      logf(LogLevel::Debug,
-           "kernel %s: no stop after 2 s: raise %u flagged %u stopped %u done %u go %u ended %u "
-           "(waiting for %u; signal stream past its event wait %u, past the raise wait %u; "
-           "signal %s, resume %s; earlier start %s, end %s); start event %s, end event %s",
-           L.K->Name.c_str(), handLoad(C, HandRaise), handLoad(C, HandFlagged),
-           handLoad(C, HandStopped), handLoad(C, HandDone), handLoad(C, HandGo),
-           handLoad(C, HandEnded), Seq, __atomic_load_n(&C.Hand[6], __ATOMIC_ACQUIRE),
-           __atomic_load_n(&C.Hand[7], __ATOMIC_ACQUIRE),
-           D.cuStreamQuery ? D.errorName(D.cuStreamQuery(C.Signal)).c_str() : "-",
-           D.cuStreamQuery ? D.errorName(D.cuStreamQuery(C.Resume)).c_str() : "-",
-           L.Spent.size() >= 2 ? D.errorName(D.cuEventQuery(L.Spent[L.Spent.size() - 2])).c_str() : "-",
-           L.Spent.size() >= 2 ? D.errorName(D.cuEventQuery(L.Spent.back())).c_str() : "-",
-           D.errorName(D.cuEventQuery(L.Start)).c_str(),
-           D.errorName(D.cuEventQuery(L.End)).c_str());
-    }
-    if ((Spin & 255) == 0 && Shut.load(std::memory_order_relaxed)) {
-      if (Deadline == Clock::time_point{})
-        Deadline = Clock::now() + std::chrono::seconds(10);
-      else if (Clock::now() > Deadline)
-        return false;
-    }
   }
+  logf(LogLevel::Error, "kernel %s: resuming a preempted launch failed (%s)", L.K->Name.c_str(),
+       D.errorName(R).c_str());
+  return false;
 }
 
 void Runtime::Impl::handle(PtbLaunch &L) {
@@ -557,18 +450,16 @@ void Runtime::Impl::handle(PtbLaunch &L) {
       break;
     // Two ways to raise the flag, half the attempts each:
     //  * timed: once the host saw the (re)launch start (its Start event),
-    //    after a random delay; the time from the raise to the stop is the
-    //    preemption latency the statistics report;
+    //    after a random delay; the time from the raise to the End event is
+    //    the preemption latency the statistics report;
     //  * at a random logical block: the signal stream waits, on the GPU,
-    //    for the launch's count of finished blocks to reach the point.
-    //    Launches too short for the host to catch are preempted too,
-    //    anywhere from their first block to their last.
-    // (The start is waited for before arming, which records the start
-    // event anew for the resumption; raised anyway if it is not seen.)
-    if (!AtBlock)
-      waitEvent(L.Start);
-    uint32_t Seq;
-    if (!armPreemption(L, AtBlock, Point, Seq))
+    //    for the launch to start and for its count of finished blocks to
+    //    reach the point, then raises the flag. Launches too short for the
+    //    host to catch are preempted too, anywhere from their first block
+    //    to their last.
+    // Either way the flag goes up only after the control block was cleared
+    // (the Start event), or the clear would undo it.
+    if (!AtBlock && !waitEvent(L.Start))
       return;
     if (!AtBlock) {
       auto Until = Clock::now() + std::chrono::microseconds(Delay);
@@ -576,25 +467,65 @@ void Runtime::Impl::handle(PtbLaunch &L) {
       }
     }
     auto Raised = Clock::now();
+    if (AtBlock && (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||
+                    D.cuStreamWaitValue32(C.Signal, L.Ctrl + 8, Point,
+                                          CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS))
+      break; // not raised: the launch completes on its own
+    if (D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
+        CUDA_SUCCESS)
+      break;
     logf(LogLevel::Debug, "kernel %s: flag raised %s %u", L.K->Name.c_str(),
          AtBlock ? "at block" : "after us", AtBlock ? Point : Delay);
-    handStore(C, HandRaise, Seq);
+    double LatencyUs = 0;
     uint32_t Done = 0;
-    bool Stopped = awaitStop(L, Seq, Done);
-    double LatencyUs = std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
-    handStore(C, HandGo, Seq); // the resumption (a no-op if the run had finished)
-    if (!Stopped)
+    if (!collectPreempted(L, Raised, LatencyUs, Done))
       return;
-    logf(LogLevel::Debug, "kernel %s: %u of %u blocks done when it stopped; resumed",
-         L.K->Name.c_str(), Done, L.Blocks);
+    logf(LogLevel::Debug, "kernel %s: %u of %u blocks done when it stopped", L.K->Name.c_str(),
+         Done, L.Blocks);
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
     DoneSoFar = std::max(DoneSoFar, Done);
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
-    L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
     if (!AtBlock)
       PreemptLatencyUs.push_back(LatencyUs);
+    if (!resumeOrRelease(L, Done))
+      return;
   }
+}
+
+bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::time_point Raised,
+                                     double &LatencyUs, uint32_t &Done) {
+  ContextState &C = *L.C;
+  // The write must have landed before the block is read, cleared for the
+  // resumption or reused: a late flag would stop a launch nobody resumes.
+  bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
+  if (!waitEvent(L.End))
+    return false;
+  LatencyUs = std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
+  if (!FlagTracked) {
+    // Cannot tell when the flag lands: wait for the signal stream itself.
+    if (D.cuStreamSynchronize(C.Signal) != CUDA_SUCCESS)
+      return false;
+  } else if (!waitEvent(L.Flag)) {
+    return false;
+  }
+  Done = 0;
+  if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
+      D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
+    Done = 0; // unknown: resume anyway (a complete grid makes it a no-op)
+  return true;
+}
+
+bool Runtime::Impl::resumeOrRelease(PtbLaunch &L, uint32_t Done) {
+  for (int Try = 0; Try < 3; ++Try)
+    if (resume(L))
+      return true;
+  // The application's stream waits on `done`; leaving it would hang the
+  // program. Release it and say loudly that blocks did not run.
+  logf(LogLevel::Error, "kernel %s: %u of %u logical blocks did not run; releasing its stream",
+       L.K->Name.c_str(), L.Blocks - Done, L.Blocks);
+  D.cuStreamWriteValue32(L.C->Signal, L.Ctrl + 8, L.Blocks, CU_STREAM_WRITE_VALUE_DEFAULT);
+  return false;
 }
 
 void Runtime::Impl::waitForOwner(void *Owner) {

@@ -10,7 +10,6 @@
 #include "RuntimeImpl.h"
 
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,34 +102,6 @@ const DriverTable &Runtime::driver() const { return I->D; }
 // Resolution
 //===----------------------------------------------------------------------===//
 
-/// The preemption handshake's words (Launcher.cpp): a page of our own,
-/// registered and mapped so the GPU waits on it and writes it. It is never
-/// unmapped, so a context destroyed behind the runtime's back leaves the
-/// preemptor reading valid memory. Without it PTB launches are not
-/// preempted (said once).
-void Runtime::Impl::setUpHandshake(ContextState &C) {
-  void *P = MAP_FAILED;
-  CUdeviceptr Dev = 0;
-  if (D.cuMemHostRegister && D.cuMemHostGetDevicePointer)
-    P = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  CUresult R = CUDA_ERROR_NOT_SUPPORTED;
-  if (P != MAP_FAILED) {
-    R = D.cuMemHostRegister(P, 4096, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-    if (R == CUDA_SUCCESS)
-      R = D.cuMemHostGetDevicePointer(&Dev, P, 0);
-  }
-  if (R != CUDA_SUCCESS) {
-    static std::once_flag Once;
-    std::call_once(Once, [&] {
-      logf(LogLevel::Warn, "cannot map host memory for the GPU (%s): PTB launches are not "
-           "preempted", D.errorName(R).c_str());
-    });
-    return; // (the page, if any, stays: registration may have half-happened)
-  }
-  C.Hand = static_cast<uint32_t *>(P);
-  C.HandDev = Dev;
-}
-
 ContextState *Runtime::Impl::context() {
   CUcontext Ctx = nullptr;
   if (D.cuCtxGetCurrent(&Ctx) != CUDA_SUCCESS || !Ctx)
@@ -184,8 +155,6 @@ ContextState *Runtime::Impl::context() {
     R = D.cuStreamCreateWithPriority(&C.Resume, CU_STREAM_NON_BLOCKING, Least);
   if (R == CUDA_SUCCESS)
     R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING, Greatest);
-  if (R == CUDA_SUCCESS)
-    setUpHandshake(C);
   if (R != CUDA_SUCCESS || C.SMs <= 0) {
     logf(LogLevel::Warn, "cannot set up a CUDA context for variants (%s); its kernels run as they are",
          D.errorName(R).c_str());

@@ -95,9 +95,7 @@ struct PtbLaunch {
   CUevent Start = nullptr; ///< after the control block was cleared, before the launch
   CUevent End = nullptr;   ///< after the latest (re)launch
   CUevent Gate = nullptr;  ///< on the application's stream, after the gate
-  /// Start and end events of earlier runs. Each resumption records fresh
-  /// ones: an event a queued wait refers to is never recorded again.
-  std::vector<CUevent> Spent;
+  CUevent Flag = nullptr;  ///< on the signal stream, after the latest flag write
   /// Preempted when HP processes are active (the scheduler), rather than
   /// at random points (--preempt).
   bool Scheduled = false;
@@ -113,20 +111,8 @@ struct ContextState {
   /// Destroyed: nothing of it may be touched again (its handles are gone).
   std::atomic<bool> Dead{false};
   int SMs = 0;
-  /// Resumptions and internal copies (non-blocking). (Two internal streams
-  /// only: every stream takes a hardware queue, Interpose.cpp.)
-  CUstream Resume = nullptr;
+  CUstream Resume = nullptr; ///< resumptions and internal copies (non-blocking)
   CUstream Signal = nullptr; ///< preemption flags (non-blocking, highest priority)
-  /// The preemption handshake (Launcher.cpp): words in host memory that the
-  /// GPU waits on and writes (registered and mapped), indexed by
-  /// HandWord. Null: PTB launches are not preempted in this context.
-  uint32_t *Hand = nullptr;
-  CUdeviceptr HandDev = 0;
-  /// The latest armed preemption's number (the preemptor thread's alone).
-  uint32_t Seq = 0;
-  /// Arming failed once: the internal streams may hold work that never
-  /// runs, so nothing more is preempted here.
-  bool PreemptBroken = false;
   std::mutex Mu;
   std::vector<CUdeviceptr> FreeCtrl;
   std::vector<CUevent> FreeEvents, FreeTimingEvents;
@@ -153,18 +139,6 @@ struct ContextState {
   /// Workers per SM by (variant, threads per block, dynamic shared bytes).
   std::map<std::tuple<CUfunction, unsigned, unsigned>, int> Occupancy;
 };
-
-/// The words of ContextState::Hand (the preemption handshake).
-enum HandWord : int { HandRaise, HandFlagged, HandStopped, HandDone, HandGo, HandEnded, HandWords };
-
-inline void handStore(ContextState &C, HandWord W, uint32_t V) {
-  __atomic_store_n(&C.Hand[W], V, __ATOMIC_RELEASE);
-}
-inline uint32_t handLoad(const ContextState &C, HandWord W) {
-  return __atomic_load_n(&C.Hand[W], __ATOMIC_ACQUIRE);
-}
-/// Handshake numbers wrap: has \p V reached \p Seq?
-inline bool reached(uint32_t V, uint32_t Seq) { return static_cast<int32_t>(V - Seq) >= 0; }
 
 struct Timing {
   CUevent Start = nullptr;
@@ -310,7 +284,6 @@ struct Runtime::Impl {
                       ContextState &C, CUstream S, Form &F, const Choice *Pick, bool Scheduled,
                       bool Paced);
   void registerExit();
-  void setUpHandshake(ContextState &C);
 
   // Launcher.cpp
   bool buildParams(const KernelEntry &K, const VariantInfo &V, const LaunchArgs &A,
@@ -335,16 +308,15 @@ struct Runtime::Impl {
   void preemptorLoop();
   void handle(PtbLaunch &L);
   bool waitEvent(CUevent E);
-  /// Queues one whole preemption of \p L's current run on the internal
-  /// streams, every step gated on the GPU: the flag goes up when the host
-  /// writes the number \p Seq to the Raise word (and, with \p AtBlock, once
-  /// `done` reached \p Point); the resumption runs when it writes Seq to the
-  /// Go word. False (nothing will be raised) when the driver refused a step.
-  bool armPreemption(PtbLaunch &L, bool AtBlock, uint32_t Point, uint32_t &Seq);
-  /// After the Raise word got \p Seq: waits (reading host memory only) until
-  /// the GPU reports the run stopped, and gives its `done`. False when the
-  /// context is gone or the process exits and the GPU does not answer.
-  bool awaitStop(PtbLaunch &L, uint32_t Seq, uint32_t &Done);
+  bool resume(PtbLaunch &L);
+  /// After the flag of \p L was raised at \p Raised: waits for the workers
+  /// to leave and the flag write to land, reads `done`. False when the
+  /// launch cannot be followed any more.
+  bool collectPreempted(PtbLaunch &L, std::chrono::steady_clock::time_point Raised,
+                        double &LatencyUs, uint32_t &Done);
+  /// Relaunches a preempted \p L (three tries); failing that, releases its
+  /// stream with an error and returns false.
+  bool resumeOrRelease(PtbLaunch &L, uint32_t Done);
   void waitForOwner(void *Owner);
   void waitForContext(const ContextState *C);
   void stopPreemptor();

@@ -621,36 +621,33 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     return;
   while (true) {
     // Watch until the launch ends on its own or HP shows up.
+    bool Raise = false;
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))
         return; // destroyed behind the runtime's back: nothing to watch
       CUresult Q = D.cuEventQuery(L.End);
       if (Q != CUDA_ERROR_NOT_READY)
         return; // ended with every block done (or the context is gone)
-      if (observeBusy(nullptr))
+      Raise = observeBusy(nullptr);
+      if (Raise)
         break;
       if ((Spin & 255) == 255)
         std::this_thread::yield();
       else
         cpuRelax();
     }
-    // The whole preemption is queued first (Launcher.cpp, armPreemption);
-    // from the raise to the resumption only host memory is touched.
+    // Raise the flag, ordered after the (re)launch's clear of the block.
     auto Raised = Clock::now();
-    uint32_t Seq;
-    if (!armPreemption(L, false, 0, Seq))
+    if (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||
+        D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
+            CUDA_SUCCESS)
       return; // not raised: it completes on its own
-    handStore(C, HandRaise, Seq);
+    double LatencyUs = 0;
     uint32_t Done = 0;
-    if (!awaitStop(L, Seq, Done)) {
-      handStore(C, HandGo, Seq);
+    if (!collectPreempted(L, Raised, LatencyUs, Done))
       return;
-    }
-    double LatencyUs = std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
-    if (Done >= L.Blocks) {
-      handStore(C, HandGo, Seq); // finished before the flag was seen: a no-op resumption
-      return;
-    }
+    if (Done >= L.Blocks)
+      return; // finished before the flag was seen
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
     Co.Preemptions.fetch_add(1, std::memory_order_relaxed);
     Co.Seg->addPreemption();
@@ -663,8 +660,8 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       else
         std::this_thread::sleep_for(std::chrono::microseconds(10));
     }
-    handStore(C, HandGo, Seq);
-    L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
+    if (!resumeOrRelease(L, Done))
+      return;
   }
 }
 

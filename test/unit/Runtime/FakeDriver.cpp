@@ -14,29 +14,14 @@
 //    preempted workers do; when its end is waited for it runs to the end of
 //    the grid (or stops at once if the flag is up). Its control block is
 //    updated as the real variant does (next, flag, done);
-//  * the streams the fake creates (the runtime's own) run in order: an
-//    unmet wait for a value or an event holds everything issued behind it
-//    on that stream until a pump (after each call, and every 20 us from a
-//    thread of its own, as the GPU would) finds it met. Waits on other
-//    streams (the application's) are only logged;
-//  * the driver's lock: the calls the runtime makes on the preemption
-//    path take it shared; fake_sync_copy_after_flag plays a program
-//    thread that, right after a flag goes up, sits in a synchronous copy
-//    holding it until the grid is done (what the real driver does), so a
-//    runtime that needs a driver call to resume would hang there;
-//  * every call is logged when it is issued ("launch NAME grid=..
-//    block=.. stream=S..", "waitvalue ...", "writevalue ... host" for
-//    registered host memory) for the tests to read.
+//  * every call is logged ("launch NAME grid=.. block=.. stream=S..",
+//    "waitvalue ...") for the tests to read.
 //
 //===----------------------------------------------------------------------===//
 
 #include <cuda.h>
 
 #include <atomic>
-#include <deque>
-#include <functional>
-#include <thread>
-#include <unistd.h>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -44,7 +29,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -88,17 +72,7 @@ struct PendingPtb {
 
 struct FEvent {
   CUstream Stream = nullptr;
-  size_t Pending = 0; ///< launches queued before the latest record that ran
-  /// Records issued and run: a query answers for the latest issued, which
-  /// may still wait in a stream's queue.
-  uint64_t Issued = 0, Ran = 0;
-};
-
-/// A call held in a stream's queue: Ready says whether it may run now (a
-/// wait), Run does it.
-struct Op {
-  std::function<bool()> Ready;
-  std::function<void()> Run;
+  size_t Pending = 0; ///< launches queued before the record
 };
 
 struct State {
@@ -119,9 +93,6 @@ struct State {
   std::set<uintptr_t> Created, Dead;
   int NextStream = 1, NextEvent = 1;
   bool FailVariantLaunch = false;
-  std::map<CUstream, std::deque<Op>> Queues;
-  std::vector<std::pair<uintptr_t, size_t>> HostRanges; ///< registered host memory
-  bool PumpStarted = false;
 };
 
 State &S() {
@@ -146,129 +117,6 @@ void destroyContext() {
   S().Dead.insert(S().Created.begin(), S().Created.end());
   S().Created.clear();
   S().PrimaryActive = false;
-}
-
-bool isHost(uintptr_t A) {
-  for (auto [B, N] : S().HostRanges)
-    if (A >= B && A < B + N)
-      return true;
-  return false;
-}
-
-bool copyStarting();
-
-/// Runs what the queues allow, in each stream's order, until nothing moves.
-void pump() {
-  std::lock_guard<std::recursive_mutex> G(S().Mu);
-  for (bool Moved = true; Moved;) {
-    Moved = false;
-    for (auto &[St, Q] : S().Queues)
-      while (!Q.empty() && !copyStarting() && (!Q.front().Ready || Q.front().Ready())) {
-        Op O = std::move(Q.front());
-        Q.pop_front();
-        if (O.Run)
-          O.Run();
-        Moved = true;
-      }
-  }
-}
-
-void startPump() {
-  if (S().PumpStarted)
-    return;
-  S().PumpStarted = true;
-  std::thread([] {
-    while (true) {
-      usleep(20);
-      pump();
-    }
-  }).detach();
-}
-
-/// Is something of stream \p St still queued (later calls queue behind it)?
-bool queued(CUstream St) {
-  auto It = S().Queues.find(St);
-  return It != S().Queues.end() && !It->second.empty();
-}
-
-/// Runs \p Run now, or queues it behind what stream \p St holds; \p Ready
-/// (a wait) holds it and what follows until met, on the fake's own streams.
-void issue(CUstream St, std::function<bool()> Ready, std::function<void()> Run) {
-  bool Own = S().Created.count(reinterpret_cast<uintptr_t>(St)) != 0;
-  if (!Own || (!queued(St) && (!Ready || Ready()))) {
-    if (Run)
-      Run();
-    return;
-  }
-  S().Queues[St].push_back({std::move(Ready), std::move(Run)});
-  startPump();
-}
-
-std::shared_mutex &driverLock() {
-  static auto *M = new std::shared_mutex();
-  return *M;
-}
-#define DRIVER_LOCK std::shared_lock<std::shared_mutex> DriverShared(driverLock())
-
-/// fake_sync_copy_after_flag: the copy's output (every element must reach
-/// 1), and its state: 0 not armed, 1 armed, 2 running, 3 done, 4 timed out.
-struct SyncCopy {
-  int *Out = nullptr;
-  size_t N = 0;
-  std::atomic<int> State{0};
-  /// The copy holds the lock: until then the pump stands still, so nothing
-  /// after the flag is seen before the program thread is in its copy.
-  std::atomic<bool> Holding{false};
-};
-SyncCopy &syncCopy() {
-  static auto *C = new SyncCopy();
-  return *C;
-}
-
-uint64_t rd64(const std::vector<unsigned char> &B, size_t Off);
-void runPtb(PendingPtb &P, uint64_t Max);
-
-bool copyStarting() { return syncCopy().State.load() == 2 && !syncCopy().Holding.load(); }
-
-/// The program thread in its synchronous copy: holds the driver's lock
-/// while the GPU (this loop, a block at a time for every run whose flag is
-/// down, and the pump thread) works through the grid; gives up after 5 s.
-void runSyncCopy() {
-  std::unique_lock<std::shared_mutex> Excl(driverLock());
-  syncCopy().Holding = true;
-  SyncCopy &C = syncCopy();
-  for (int T = 0; T < 100000; ++T) {
-    {
-      std::lock_guard<std::recursive_mutex> G(S().Mu);
-      for (PendingPtb &P : S().Pending) {
-        uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
-        if (P.Open && !Ctrl[1])
-          runPtb(P, 1);
-      }
-      bool Done = true;
-      for (size_t I = 0; I < C.N && Done; ++I)
-        Done = C.Out[I] >= 1;
-      if (Done) {
-        C.State = 3;
-        return;
-      }
-    }
-    usleep(50);
-  }
-  C.State = 4;
-}
-
-bool waitMet(uint32_t V, uint32_t Want, unsigned Flags) {
-  switch (Flags & 0xf) {
-  case CU_STREAM_WAIT_VALUE_GEQ:
-    return static_cast<int32_t>(V - Want) >= 0;
-  case CU_STREAM_WAIT_VALUE_EQ:
-    return V == Want;
-  case CU_STREAM_WAIT_VALUE_AND:
-    return (V & Want) != 0;
-  default:
-    return ~(V | Want) != 0;
-  }
 }
 
 std::string streamName(CUstream St) {
@@ -356,7 +204,6 @@ std::vector<unsigned char> packParams(FKernel *K, void **Params, void **Extra) {
 
 CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz,
                 unsigned Bx, CUstream St, void **Params, void **Extra) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   FKernel *K = asKernel(F);
   if (!K)
@@ -371,23 +218,21 @@ CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsig
       (Extra ? " extra" : ""));
   if (S().Capturing[St])
     return CUDA_SUCCESS; // captured, not run
-  issue(St, nullptr, [=] {
-    switch (K->K) {
-    case Kind::Original:
-      for (uint64_t I = 0; I < uint64_t(Gx) * Gy * Gz; ++I)
-        runBlock(B, I);
-      break;
-    case Kind::Slice: {
-      uint32_t Off = rd32(B, K->SliceOffsetAt);
-      for (uint64_t I = 0; I < Gx; ++I)
-        runBlock(B, Off + I);
-      break;
-    }
-    case Kind::Ptb:
-      S().Pending.push_back({K, B, Gx, St, true});
-      break;
-    }
-  });
+  switch (K->K) {
+  case Kind::Original:
+    for (uint64_t I = 0; I < uint64_t(Gx) * Gy * Gz; ++I)
+      runBlock(B, I);
+    break;
+  case Kind::Slice: {
+    uint32_t Off = rd32(B, K->SliceOffsetAt);
+    for (uint64_t I = 0; I < Gx; ++I)
+      runBlock(B, Off + I);
+    break;
+  }
+  case Kind::Ptb:
+    S().Pending.push_back({K, B, Gx, St, true});
+    break;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -446,20 +291,8 @@ FAKE void fake_log_clear() { S().Log.clear(); }
 /// Runs every pending PTB launch to its end (what a device sync does).
 FAKE void fake_sync() {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
-  pump();
   finishPending(nullptr, true);
-  pump();
 }
-/// The next flag that goes up sends a program thread into a synchronous
-/// copy that holds the driver's lock until Out[0..N) are all done.
-FAKE void fake_sync_copy_after_flag(int *Out, size_t N) {
-  syncCopy().Out = Out;
-  syncCopy().N = N;
-  syncCopy().Holding = false;
-  syncCopy().State = 1;
-}
-/// 0 not armed, 1 armed, 2 running, 3 done, 4 gave up after 5 s.
-FAKE int fake_sync_copy_state() { return syncCopy().State.load(); }
 FAKE unsigned fake_open_ptb_launches() {
   unsigned N = 0;
   for (auto &P : S().Pending)
@@ -479,10 +312,7 @@ FAKE CUresult cuCtxGetCurrent(CUcontext *C) {
   *C = S().Ctx;
   return CUDA_SUCCESS;
 }
-FAKE CUresult cuCtxSetCurrent(CUcontext) {
-  DRIVER_LOCK;
-  return CUDA_SUCCESS;
-}
+FAKE CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
 FAKE CUresult cuCtxGetId(CUcontext, unsigned long long *Id) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   if (!S().PrimaryActive)
@@ -530,9 +360,8 @@ FAKE CUresult cuDeviceGetUuid_v2(CUuuid *U, CUdevice) {
   std::memset(U->bytes, 0xab, sizeof U->bytes);
   return CUDA_SUCCESS;
 }
-FAKE CUresult cuMemHostRegister_v2(void *P, size_t Bytes, unsigned Flags) {
+FAKE CUresult cuMemHostRegister_v2(void *, size_t Bytes, unsigned Flags) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
-  S().HostRanges.emplace_back(reinterpret_cast<uintptr_t>(P), Bytes);
   log("hostregister bytes=" + std::to_string(Bytes) + " flags=" + std::to_string(Flags));
   return CUDA_SUCCESS;
 }
@@ -542,12 +371,10 @@ FAKE CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *D, void *P, unsigned) {
 }
 /// Runs at once (the fake's original kernels run when launched).
 FAKE CUresult cuStreamWriteValue64_v2(CUstream St, CUdeviceptr Addr, cuuint64_t V, unsigned) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in writevalue64");
+  __atomic_store_n(reinterpret_cast<uint64_t *>(Addr), V, __ATOMIC_RELEASE);
   log("writevalue64 stream=" + streamName(St) + " value=" + std::to_string(V));
-  issue(St, nullptr,
-        [=] { __atomic_store_n(reinterpret_cast<uint64_t *>(Addr), V, __ATOMIC_RELEASE); });
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuLaunchHostFunc(CUstream, CUhostFn F, void *Data) {
@@ -663,67 +490,29 @@ FAKE CUresult cuStreamCreateWithPriority(CUstream *St, unsigned Flags, int Prio)
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuStreamSynchronize(CUstream St) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
-  pump();
   finishPending(St, false);
   return CUDA_SUCCESS;
 }
-static bool recordDone(CUstream St, size_t Pending);
-/// Holds the stream until the work before the event's latest record (at
-/// the time of this call) is done.
-FAKE CUresult cuStreamWaitEvent(CUstream St, CUevent E, unsigned) {
-  DRIVER_LOCK;
-  std::lock_guard<std::recursive_mutex> G(S().Mu);
-  uint64_t Gen = S().Events[E].Issued;
-  issue(St,
-        [E, Gen] {
-          const FEvent &F = S().Events[E];
-          return F.Ran >= Gen && recordDone(F.Stream, F.Pending);
-        },
-        nullptr);
-  return CUDA_SUCCESS;
-}
-/// Holds the fake's own streams until met. Waiting for a PTB launch's
-/// `done` makes it run a block at a time (the GPU goes on meanwhile).
+FAKE CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
 FAKE CUresult cuStreamWaitValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned F) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in waitvalue");
   log("waitvalue stream=" + streamName(St) + " value=" + std::to_string(V) +
-      " flags=" + std::to_string(F) + " addr=" + std::to_string(Addr) +
-      (isHost(Addr) ? " host" : ""));
-  issue(St,
-        [=] {
-          uint32_t Now = __atomic_load_n(reinterpret_cast<uint32_t *>(Addr), __ATOMIC_ACQUIRE);
-          if (waitMet(Now, V, F))
-            return true;
-          for (PendingPtb &P : S().Pending)
-            if (P.Open && rd64(P.Params, P.K->CtrlAt) + 8 == Addr)
-              runPtb(P, 1);
-          return false;
-        },
-        nullptr);
+      " flags=" + std::to_string(F) + " addr=" + std::to_string(Addr));
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in writevalue");
-  log("writevalue stream=" + streamName(St) + " value=" + std::to_string(V) +
-      (isHost(Addr) ? " host" : ""));
-  issue(St, nullptr, [=] {
-    __atomic_store_n(reinterpret_cast<uint32_t *>(Addr), V, __ATOMIC_RELEASE);
-    // A raised flag: the running launch finishes the blocks it has and stops.
-    for (PendingPtb &P : S().Pending)
-      if (P.Open && V && rd64(P.Params, P.K->CtrlAt) + 4 == Addr) {
-        runPtb(P, S().BlocksBeforeFlag);
-        P.Open = false;
-        int Armed = 1;
-        if (syncCopy().State.compare_exchange_strong(Armed, 2))
-          std::thread(runSyncCopy).detach();
-      }
-  });
+  *reinterpret_cast<uint32_t *>(Addr) = V;
+  log("writevalue stream=" + streamName(St) + " value=" + std::to_string(V));
+  // A raised flag: the running launch finishes the blocks it has and stops.
+  for (PendingPtb &P : S().Pending)
+    if (P.Open && V && rd64(P.Params, P.K->CtrlAt) + 4 == Addr) {
+      runPtb(P, S().BlocksBeforeFlag);
+      P.Open = false;
+    }
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuEventCreate(CUevent *E, unsigned) {
@@ -733,50 +522,34 @@ FAKE CUresult cuEventCreate(CUevent *E, unsigned) {
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(E, "event in record");
   checkLive(St, "stream in record");
-  uint64_t Gen = ++S().Events[E].Issued;
-  issue(St, nullptr, [E, St, Gen] {
-    FEvent &F = S().Events[E];
-    F.Stream = St;
-    F.Pending = S().Pending.size();
-    F.Ran = Gen;
-  });
+  S().Events[E] = {St, S().Pending.size()};
   return CUDA_SUCCESS;
 }
 static int holdEvents();
-/// Is the work before a record (on stream \p St, \p Pending launches
-/// issued then) done? Asking runs those PTB launches to their end (or
-/// stop, flag up).
-static bool recordDone(CUstream St, size_t Pending) {
-  if (holdEvents())
-    return false;
-  for (size_t I = 0; I < Pending && I < S().Pending.size(); ++I) {
-    PendingPtb &P = S().Pending[I];
-    if (!P.Open || P.Stream != St)
-      continue;
-    uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
-    if (!Ctrl[1])
-      runPtb(P, UINT64_MAX);
-    P.Open = false;
-  }
-  return true;
-}
 /// An event completes once the PTB launches queued on its stream before it
 /// are over: waiting for it runs them to their end (or stop, flag up).
 FAKE CUresult cuEventQuery(CUevent E) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   // The real driver may crash on a destroyed event's handle.
   if (S().Dead.count(reinterpret_cast<uintptr_t>(E))) {
     checkLive(E, "event in query");
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  FEvent Ev = S().Events[E];
-  if (Ev.Ran != Ev.Issued || !recordDone(Ev.Stream, Ev.Pending))
+  if (holdEvents())
     return CUDA_ERROR_NOT_READY;
+  FEvent Ev = S().Events[E];
+  for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
+    PendingPtb &P = S().Pending[I];
+    if (!P.Open || P.Stream != Ev.Stream)
+      continue;
+    uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
+    if (!Ctrl[1])
+      runPtb(P, UINT64_MAX);
+    P.Open = false;
+  }
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuEventSynchronize(CUevent E) { return cuEventQuery(E); }
@@ -789,20 +562,16 @@ FAKE CUresult cuMemAlloc_v2(CUdeviceptr *P, size_t Bytes) {
   return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  for (size_t I = 0; I < N; ++I)
+    reinterpret_cast<uint32_t *>(P)[I] = V;
   log("memset stream=" + streamName(St) + " words=" + std::to_string(N));
-  issue(St, nullptr, [=] {
-    for (size_t I = 0; I < N; ++I)
-      reinterpret_cast<uint32_t *>(P)[I] = V;
-  });
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuMemcpyDtoHAsync_v2(void *Dst, CUdeviceptr Src, size_t N, CUstream St) {
-  DRIVER_LOCK;
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in copy");
-  issue(St, nullptr, [=] { std::memcpy(Dst, reinterpret_cast<void *>(Src), N); });
+  std::memcpy(Dst, reinterpret_cast<void *>(Src), N);
   return CUDA_SUCCESS;
 }
 

@@ -19,9 +19,7 @@ p = k.get("ptb_preempt0")
 check(p is not None and p["has_variants"], "ptb_preempt0 listed with variants")
 if p:
     check(p["launches"]["ptb"] == 1, "ptb_preempt0: one PTB launch")
-    # Up to six (a run may reach the grid's end before a flag), each resumed.
-    check(1 <= p["preemptions"] <= 6 and p["resumptions"] == p["preemptions"],
-          "ptb_preempt0: 1 to 6 preemptions, each resumed: %s" % p)
+    check(p["preemptions"] == 6 and p["resumptions"] == 6, "ptb_preempt0: 6 preemptions, 6 resumptions: %s" % p)
 n = k.get("ptb_nometa")
 check(n is not None and not n["has_variants"] and n["launches"]["original"] == 1 and "metadata" in n["why"],
       "ptb_nometa: without variants, launched once as it is, with the reason: %s" % n)
