@@ -9,7 +9,7 @@
 #   run in .carry/runtime; TALLY_ARGS (default: --force=ptb
 #   --preempt=random:6 --runtime-ptx=on) and TALLY_OPT pass through.
 # Writes $OUT/hang-NAME.txt (the summary) and $OUT/hang-NAME-RUN.err (the
-# hung run's log); exit status 1 when a run hung.
+# hung run's log); exit status 1 when a run hung or failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 [[ $# -ge 5 && $4 == -- ]] || { echo "usage: $0 NAME RUNS LIMIT_S -- PROGRAM [ARGS...]" >&2; exit 2; }
@@ -39,6 +39,7 @@ for ((i = 1; i <= runs; i++)); do
     if [[ $rc -ne 0 ]]; then
       tail -15 "$log" | tee -a "$S"
       rm -f "$log"
+      hung=1
       break
     fi
     rm -f "$log"
