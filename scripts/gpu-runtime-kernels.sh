@@ -223,7 +223,9 @@ run_cupy() {
   for name in ptb slice; do
     local extra=(--force=ptb --preempt=random:6)
     [[ $name == slice ]] && extra=(--force=slice)
-    (cd "$R" && TALLY_CACHE_DIR=$cache timeout -k 5 300 "$TALLY" run --runtime-ptx=on "${extra[@]}" \
+    # 120 s: the plain run takes seconds; a hang (docs/runtime.md, Limits)
+    # should not take the round's time.
+    (cd "$R" && TALLY_CACHE_DIR=$cache timeout -k 5 120 "$TALLY" run --runtime-ptx=on "${extra[@]}" \
       --stats="$O/cupy-$name.json" -- python3 cupy_ptx.py --iters "$CUPY_ITERS") \
       >"$O/cupy-$name.txt" 2>"$O/cupy-$name.err"
     local rc=$?
