@@ -14,7 +14,10 @@
 //    the wrapper of the same flavour (legacy or per-thread default stream),
 //    with the real pointer kept behind it.
 //
-// Nothing else happens here.
+// Besides launches, module loads and context teardown, the calls of
+// BlockingCalls.def are wrapped: they pass through unchanged, marked as
+// "a program thread is in a call that may wait holding the driver's lock"
+// for the preemptor (Launcher.cpp). Nothing else happens here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,6 +39,9 @@
 #undef cuLaunchKernelEx
 #undef cuLaunchCooperativeKernel
 #undef cuGraphLaunch
+// Not the _v2 versions: BlockingCalls.def names both.
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
 
 using namespace tally::rt;
 
@@ -75,6 +81,10 @@ enum Hook {
   HPrimaryCtxReset,
   HGetProcAddress,
   HGetProcAddressV2,
+#define TALLY_SYNC(N, B, V0, V1, P, A) H_##N, H_##N##_ptds,
+#define TALLY_ASYNC(N, B, V0, V1, P, A, S) H_##N, H_##N##_ptsz,
+#define TALLY_ONE(N, B, V0, V1, P, A) H_##N,
+#include "BlockingCalls.def"
   NumHooks
 };
 
@@ -89,7 +99,25 @@ const char *const ExportedName[NumHooks] = {
     "cuLinkDestroy",
     "cuCtxDestroy_v2",        "cuDevicePrimaryCtxRelease_v2",
     "cuDevicePrimaryCtxReset_v2",
-    "cuGetProcAddress",       "cuGetProcAddress_v2"};
+    "cuGetProcAddress",       "cuGetProcAddress_v2",
+#define TALLY_SYNC(N, B, V0, V1, P, A) #N, #N "_ptds",
+#define TALLY_ASYNC(N, B, V0, V1, P, A, S) #N, #N "_ptsz",
+#define TALLY_ONE(N, B, V0, V1, P, A) #N,
+#include "BlockingCalls.def"
+};
+
+/// The calls of BlockingCalls.def as cuGetProcAddress names them.
+struct BlockingProc {
+  const char *Base;
+  int MinVersion, MaxVersion;
+  Hook Legacy, PerThread;
+};
+const BlockingProc BlockingProcs[] = {
+#define TALLY_SYNC(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N##_ptds},
+#define TALLY_ASYNC(N, B, V0, V1, P, A, S) {#B, V0, V1, H_##N, H_##N##_ptsz},
+#define TALLY_ONE(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N},
+#include "BlockingCalls.def"
+};
 
 std::atomic<void *> Real[NumHooks];
 extern void *const Ours[NumHooks];
@@ -191,7 +219,36 @@ int hookForProc(const char *Symbol, int Version, cuuint64_t Flags) {
     return Version >= 11000 ? HPrimaryCtxReset : -1;
   if (!std::strcmp(Symbol, "cuGetProcAddress"))
     return Version >= 12000 ? HGetProcAddressV2 : HGetProcAddress;
+  for (const BlockingProc &B : BlockingProcs)
+    if (!std::strcmp(Symbol, B.Base) && Version >= B.MinVersion &&
+        (!B.MaxVersion || Version < B.MaxVersion))
+      return Ptsz ? B.PerThread : B.Legacy;
   return -1;
+}
+
+/// A program thread inside a call of BlockingCalls.def: the preemptor
+/// raises no flag meanwhile (Runtime::blockingCallBegin).
+class BlockingCall {
+public:
+  explicit BlockingCall(bool Blocking) : RT(Blocking ? Runtime::get() : nullptr) {
+    if (RT)
+      RT->blockingCallBegin();
+  }
+  ~BlockingCall() {
+    if (RT)
+      RT->blockingCallEnd();
+  }
+  BlockingCall(const BlockingCall &) = delete;
+  BlockingCall &operator=(const BlockingCall &) = delete;
+
+private:
+  Runtime *RT;
+};
+
+/// Stream-ordered calls wait in the driver (pageable memory) holding its
+/// lock when they are on a default stream (measured for the legacy one).
+bool onDefaultStream(CUstream S) {
+  return S == nullptr || S == CU_STREAM_LEGACY || S == CU_STREAM_PER_THREAD;
 }
 
 void wrapProc(const char *Symbol, void **Pfn, int Version, cuuint64_t Flags) {
@@ -582,6 +639,30 @@ __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxReset_v2(CUdev
   return primaryCtxDown<HPrimaryCtxReset>(Dev);
 }
 
+// The calls of BlockingCalls.def: each passes through, marked as blocking
+// around the real call.
+#define TALLY_BLOCKING_BODY(H, Self, A, Blocking)                                           \
+  {                                                                                         \
+    auto Fn = real<decltype(&Self)>(H);                                                     \
+    if (!Fn)                                                                                \
+      return CUDA_ERROR_NOT_INITIALIZED;                                                    \
+    BlockingCall Mark(Blocking);                                                            \
+    return Fn A;                                                                            \
+  }
+#define TALLY_SYNC(N, B, V0, V1, P, A)                                                      \
+  __attribute__((visibility("default"))) CUresult N P TALLY_BLOCKING_BODY(H_##N, N, A, true) \
+  __attribute__((visibility("default"))) CUresult N##_ptds P                                \
+      TALLY_BLOCKING_BODY(H_##N##_ptds, N##_ptds, A, true)
+#define TALLY_ASYNC(N, B, V0, V1, P, A, S)                                                  \
+  __attribute__((visibility("default"))) CUresult N P                                       \
+      TALLY_BLOCKING_BODY(H_##N, N, A, onDefaultStream(S))                                  \
+  __attribute__((visibility("default"))) CUresult N##_ptsz P                                \
+      TALLY_BLOCKING_BODY(H_##N##_ptsz, N##_ptsz, A, onDefaultStream(S))
+#define TALLY_ONE(N, B, V0, V1, P, A)                                                       \
+  __attribute__((visibility("default"))) CUresult N P TALLY_BLOCKING_BODY(H_##N, N, A, true)
+#include "BlockingCalls.def"
+#undef TALLY_BLOCKING_BODY
+
 } // extern "C"
 
 
@@ -608,5 +689,12 @@ void *const Ours[NumHooks] = {
     reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease_v2),
     reinterpret_cast<void *>(&cuDevicePrimaryCtxReset_v2),
     reinterpret_cast<void *>(&cuGetProcAddress),
-    reinterpret_cast<void *>(&cuGetProcAddress_v2)};
+    reinterpret_cast<void *>(&cuGetProcAddress_v2),
+#define TALLY_SYNC(N, B, V0, V1, P, A)                                                      \
+  reinterpret_cast<void *>(&N), reinterpret_cast<void *>(&N##_ptds),
+#define TALLY_ASYNC(N, B, V0, V1, P, A, S)                                                  \
+  reinterpret_cast<void *>(&N), reinterpret_cast<void *>(&N##_ptsz),
+#define TALLY_ONE(N, B, V0, V1, P, A) reinterpret_cast<void *>(&N),
+#include "BlockingCalls.def"
+};
 } // namespace

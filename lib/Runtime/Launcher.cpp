@@ -17,6 +17,13 @@
 //    and relaunches on an internal non-blocking stream until the grid is
 //    complete. A control block goes back to the pool when the GPU no longer
 //    reads it (its launch's and its gate's events have completed).
+//  * The drain lock: some driver calls wait for GPU work holding the
+//    driver's lock (a synchronous copy, cuMemFree: BlockingCalls.def). A
+//    program thread in one while its launch is stopped would keep the
+//    preemptor from queuing the resumption the call waits for: a hang.
+//    So the preemptor raises a flag only when no program thread is in such
+//    a call, and one that enters one meanwhile waits until the resumption
+//    is queued (Drain, RuntimeImpl.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -345,6 +352,16 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
 // The preemptor thread
 //===----------------------------------------------------------------------===//
 
+void Runtime::blockingCallBegin() { I->Drain.lock_shared(); }
+void Runtime::blockingCallEnd() { I->Drain.unlock_shared(); }
+
+void Runtime::Impl::deferred(PtbLaunch &L) {
+  Deferred.fetch_add(1, std::memory_order_relaxed);
+  logf(LogLevel::Debug,
+       "kernel %s: not preempted: a program thread is in a driver call that may wait for it",
+       L.K->Name.c_str());
+}
+
 void Runtime::Impl::startPreemptor() {
   std::lock_guard<std::mutex> G(QMu);
   if (Preemptor.joinable() || Stopping)
@@ -465,6 +482,12 @@ void Runtime::Impl::handle(PtbLaunch &L) {
       auto Until = Clock::now() + std::chrono::microseconds(Delay);
       while (Clock::now() < Until) {
       }
+    }
+    // Held until the resumption is queued (the drain lock, above).
+    std::unique_lock<std::shared_mutex> Excl(Drain, std::try_to_lock);
+    if (!Excl.owns_lock()) {
+      deferred(L);
+      break; // it completes on its own
     }
     auto Raised = Clock::now();
     if (AtBlock && (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||

@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -255,6 +256,13 @@ struct Runtime::Impl {
   /// Flag raised to workers gone, host-observed (us), of launches that
   /// were preempted (written by the preemptor thread only).
   std::vector<double> PreemptLatencyUs;
+  /// The drain lock: program threads hold it shared while inside a call of
+  /// BlockingCalls.def (it may wait for GPU work holding the driver's
+  /// lock); the preemptor holds it exclusively from before a flag goes up
+  /// until the resumption is queued, and only takes it when it is free.
+  std::shared_mutex Drain;
+  /// Preemptions not made because a program thread was in such a call.
+  std::atomic<uint64_t> Deferred{0};
 
   std::mutex TMu;
   std::deque<TimedLaunch> Timed;
@@ -307,6 +315,8 @@ struct Runtime::Impl {
   void startPreemptor();
   void preemptorLoop();
   void handle(PtbLaunch &L);
+  /// A preemption not made: a program thread holds the drain lock.
+  void deferred(PtbLaunch &L);
   bool waitEvent(CUevent E);
   bool resume(PtbLaunch &L);
   /// After the flag of \p L was raised at \p Raised: waits for the workers

@@ -620,17 +620,24 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
   if (C.Dead.load(std::memory_order_acquire) || D.cuCtxSetCurrent(C.Ctx) != CUDA_SUCCESS)
     return;
   while (true) {
-    // Watch until the launch ends on its own or HP shows up.
-    bool Raise = false;
+    // Watch until the launch ends on its own or HP shows up and no program
+    // thread is in a call that may wait for it holding the driver's lock
+    // (the drain lock, Launcher.cpp; held until the resumption is queued).
+    std::unique_lock<std::shared_mutex> Excl(Drain, std::defer_lock);
+    bool Counted = false;
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))
         return; // destroyed behind the runtime's back: nothing to watch
       CUresult Q = D.cuEventQuery(L.End);
       if (Q != CUDA_ERROR_NOT_READY)
         return; // ended with every block done (or the context is gone)
-      Raise = observeBusy(nullptr);
-      if (Raise)
-        break;
+      if (observeBusy(nullptr)) {
+        if (Excl.try_lock())
+          break;
+        if (!Counted)
+          deferred(L);
+        Counted = true;
+      }
       if ((Spin & 255) == 255)
         std::this_thread::yield();
       else

@@ -147,6 +147,12 @@ void Runtime::Impl::writeStats() {
                  "tally: %zu preemptions, flag raised to workers gone (host-observed): p50 %.1f "
                  "us, p99 %.1f us, max %.1f us\n",
                  Lat.size(), Pct(0.5), Pct(0.99), Lat.back());
+  if (uint64_t N = Deferred.load())
+    std::fprintf(E,
+                 "tally: %llu preemptions not made: a program thread was in a driver call that "
+                 "may wait for the kernel holding the driver's lock (a synchronous copy, a "
+                 "free)\n",
+                 (unsigned long long)N);
   uint64_t Hits = 0, Misses = 0;
   std::vector<double> Costs; // each decision's cost over the original
   size_t WithinTarget = 0, Over5 = 0;
@@ -224,10 +230,10 @@ void Runtime::Impl::writeStats() {
                   "  \"share_without_variants\": %.6f,\n  \"cooperative_launches\": %llu,\n"
                   "  \"graph_launches\": %llu,\n"
                   "  \"preemption_latency_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
-                  "\"max\": %.3f},",
+                  "\"max\": %.3f},\n  \"preemptions_deferred_by_blocking_calls\": %llu,",
                Total / 1e6, Without / 1e6, Share, (unsigned long long)CooperativeLaunches.load(),
                (unsigned long long)GraphLaunches.load(), Lat.size(), Pct(0.5), Pct(0.99),
-               Lat.empty() ? 0.0 : Lat.back());
+               Lat.empty() ? 0.0 : Lat.back(), (unsigned long long)Deferred.load());
   std::fprintf(J,
                "\n  \"runtime_ptx\": {\"modules\": %llu, \"transformed\": %llu, "
                "\"from_cache\": %llu, \"cached_ms\": %.3f, \"made_ms\": %.3f, "

@@ -93,6 +93,13 @@ public:
   void primaryGoing(CUdevice Dev);
   void primaryGone(CUdevice Dev);
 
+  /// Around a call of BlockingCalls.def made by a program thread: such a
+  /// call may wait for GPU work holding the driver's lock, so no preemption
+  /// starts while one is in progress, and one that starts while a launch is
+  /// stopped waits (in Begin) until its resumption is queued.
+  void blockingCallBegin();
+  void blockingCallEnd();
+
   /// Finishes every preempted launch and writes the statistics. Runs at
   /// exit (atexit, registered at the first launch, so before the CUDA
   /// runtime's own teardown) and is safe to call more than once.

@@ -14,6 +14,13 @@
 //    preempted workers do; when its end is waited for it runs to the end of
 //    the grid (or stops at once if the flag is up). Its control block is
 //    updated as the real variant does (next, flag, done);
+//  * the driver's lock, as measured on the GPU: a synchronous copy
+//    (cuMemcpyDtoH) holds it until every PTB launch issued so far has run
+//    all its logical blocks, and event records, launches, stream waits and
+//    asynchronous copies need it; stream writes and event queries do not.
+//    A copy that would wait forever (a stopped launch nobody can resume)
+//    gives up after 2 s, logging "copy TIMED OUT", so a test fails instead
+//    of hanging;
 //  * every call is logged ("launch NAME grid=.. block=.. stream=S..",
 //    "waitvalue ...") for the tests to read.
 //
@@ -22,6 +29,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -30,6 +38,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #undef cuGetProcAddress
@@ -98,6 +107,12 @@ struct State {
 State &S() {
   static State *St = new State();
   return *St;
+}
+
+/// The driver's lock (see the top); taken before S().Mu.
+std::mutex &driverLock() {
+  static std::mutex *M = new std::mutex();
+  return *M;
 }
 
 void log(const std::string &L) { S().Log.push_back(L); }
@@ -204,6 +219,7 @@ std::vector<unsigned char> packParams(FKernel *K, void **Params, void **Extra) {
 
 CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz,
                 unsigned Bx, CUstream St, void **Params, void **Extra) {
+  std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   FKernel *K = asKernel(F);
   if (!K)
@@ -288,6 +304,15 @@ FAKE void fake_fail_variant_launches(int On) { S().FailVariantLaunch = On; }
 FAKE size_t fake_log_size() { return S().Log.size(); }
 FAKE const char *fake_log_line(size_t I) { return S().Log[I].c_str(); }
 FAKE void fake_log_clear() { S().Log.clear(); }
+/// Log lines that start with \p Prefix and contain \p Sub (safe while the
+/// runtime's threads log).
+FAKE size_t fake_log_count(const char *Prefix, const char *Sub) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  size_t N = 0;
+  for (const std::string &L : S().Log)
+    N += L.rfind(Prefix, 0) == 0 && L.find(Sub) != std::string::npos;
+  return N;
+}
 /// Runs every pending PTB launch to its end (what a device sync does).
 FAKE void fake_sync() {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
@@ -494,7 +519,10 @@ FAKE CUresult cuStreamSynchronize(CUstream St) {
   finishPending(St, false);
   return CUDA_SUCCESS;
 }
-FAKE CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return CUDA_SUCCESS; }
+FAKE CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) {
+  std::lock_guard<std::mutex> DL(driverLock());
+  return CUDA_SUCCESS;
+}
 FAKE CUresult cuStreamWaitValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned F) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in waitvalue");
@@ -522,6 +550,7 @@ FAKE CUresult cuEventCreate(CUevent *E, unsigned) {
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
+  std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(E, "event in record");
   checkLive(St, "stream in record");
@@ -562,6 +591,7 @@ FAKE CUresult cuMemAlloc_v2(CUdeviceptr *P, size_t Bytes) {
   return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St) {
+  std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   for (size_t I = 0; I < N; ++I)
     reinterpret_cast<uint32_t *>(P)[I] = V;
@@ -569,10 +599,43 @@ FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St)
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuMemcpyDtoHAsync_v2(void *Dst, CUdeviceptr Src, size_t N, CUstream St) {
+  std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in copy");
   std::memcpy(Dst, reinterpret_cast<void *>(Src), N);
   return CUDA_SUCCESS;
+}
+/// A synchronous copy: holds the driver's lock while the GPU runs what was
+/// issued before it (every open PTB launch without a raised flag runs to
+/// its end); returns once every PTB launch's grid is complete.
+FAKE CUresult cuMemcpyDtoH_v2(void *Dst, CUdeviceptr Src, size_t N) {
+  std::lock_guard<std::mutex> DL(driverLock());
+  for (int Try = 0;; ++Try) {
+    {
+      std::lock_guard<std::recursive_mutex> G(S().Mu);
+      finishPending(nullptr, true);
+      // The latest launch on each control block (resumptions share it).
+      std::map<uint32_t *, uint64_t> Grid;
+      for (PendingPtb &P : S().Pending)
+        Grid[reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt))] =
+            uint64_t(rd32(P.Params, P.K->GridAt)) * rd32(P.Params, P.K->GridAt + 4) *
+            rd32(P.Params, P.K->GridAt + 8);
+      bool Complete = true;
+      for (auto [Ctrl, Blocks] : Grid)
+        Complete &= Ctrl[2] >= Blocks;
+      if (Complete) {
+        std::memcpy(Dst, reinterpret_cast<void *>(Src), N);
+        log("copy dtoh bytes=" + std::to_string(N));
+        return CUDA_SUCCESS;
+      }
+      if (Try == 2000) {
+        log("copy TIMED OUT: a stopped launch was never resumed");
+        std::fprintf(stderr, "fake driver: copy TIMED OUT: a stopped launch was never resumed\n");
+        return CUDA_ERROR_LAUNCH_TIMEOUT;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 FAKE CUresult cuLaunchKernel(CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz, unsigned Bx,
@@ -690,6 +753,7 @@ static void *procFor(const char *Sym, cuuint64_t Flags) {
       {"cuLibraryLoadData", reinterpret_cast<void *>(&cuLibraryLoadData)},
       {"cuLinkAddData", reinterpret_cast<void *>(&cuLinkAddData_v2)},
       {"cuLinkDestroy", reinterpret_cast<void *>(&cuLinkDestroy)},
+      {"cuMemcpyDtoH", reinterpret_cast<void *>(&cuMemcpyDtoH_v2)},
       {"cuCtxGetCurrent", reinterpret_cast<void *>(&cuCtxGetCurrent)},
       {"cuCtxDestroy", reinterpret_cast<void *>(&cuCtxDestroy_v2)},
       {"cuDevicePrimaryCtxRelease", reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease_v2)},

@@ -46,6 +46,8 @@ void fake_fail_variant_launches(int On);
 size_t fake_log_size();
 const char *fake_log_line(size_t I);
 void fake_log_clear();
+size_t fake_log_count(const char *Prefix, const char *Sub);
+void fake_hold_events(int On);
 void fake_sync();
 unsigned fake_open_ptb_launches();
 void fake_release_destroys();
@@ -503,6 +505,56 @@ TEST(ForcePtb, StatisticsAtExit) {
 }
 
 //===----------------------------------------------------------------------===//
+// TALLY_FORCE=ptb TALLY_PREEMPT=random:6, a ctest entry of its own
+//===----------------------------------------------------------------------===//
+
+// A program thread enters a synchronous copy while its launch is stopped.
+// The real driver holds its lock during such a copy until the GPU work it
+// waits for has run (benchmarks/gpu/driver-lock-probe.cu), and so does the
+// fake; the resumption the copy waits for needs that lock. The runtime
+// must let the copy in only once the resumption is queued: otherwise the
+// copy waits for ever (the fake gives up after 2 s: "copy TIMED OUT").
+TEST(BlockingCall, ASynchronousCopyWhileALaunchIsStopped) {
+  fake_set_blocks_before_flag(1);
+  using CopyFn = CUresult (*)(void *, CUdeviceptr, size_t);
+  void *Proc = nullptr;
+  ASSERT_EQ(cuGetProcAddress("cuMemcpyDtoH", &Proc, 3020, 0), CUDA_SUCCESS);
+  // The runtime's wrapper, as a program linked with -lcuda gets it.
+  ASSERT_EQ(Proc, reinterpret_cast<void *>(&cuMemcpyDtoH_v2));
+  int Stopped = 0;
+  for (int Round = 0; Round < 12; ++Round) {
+    Module M("blocking_copy" + std::to_string(Round));
+    std::vector<int> Out(64);
+    size_t Raised = fake_log_count("writevalue", " value=1");
+    fake_hold_events(1); // the stopped launch's end is not seen yet
+    ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS);
+    bool Up = false;
+    for (int T = 0; T < 100 && !Up; ++T) {
+      usleep(1000);
+      Up = fake_log_count("writevalue", " value=1") > Raised;
+    }
+    Stopped += Up;
+    std::thread Release([] {
+      usleep(50000);
+      fake_hold_events(0);
+    });
+    int First = 0;
+    CopyFn Copy = Round % 2 ? reinterpret_cast<CopyFn>(Proc) : &cuMemcpyDtoH_v2;
+    CUresult R = Copy(&First, reinterpret_cast<CUdeviceptr>(Out.data()), sizeof First);
+    Release.join();
+    EXPECT_EQ(R, CUDA_SUCCESS) << "round " << Round;
+    EXPECT_EQ(First, 1) << "round " << Round << ": the copy did not wait for the kernel";
+    settle(M.Name);
+    expectEachBlockOnce(Out);
+  }
+  // The preemptor raises the flag at a random block half the time (here
+  // before the copy); the other half it waits for the launch to be seen
+  // starting, which the held events delay past the copy's start.
+  EXPECT_GE(Stopped, 2) << "no launch was stopped when its copy began";
+  EXPECT_EQ(fake_log_count("copy TIMED OUT", ""), 0u);
+}
+
+//===----------------------------------------------------------------------===//
 // TALLY_FORCE=slice TALLY_SLICE_BLOCKS=3
 //===----------------------------------------------------------------------===//
 
@@ -620,8 +672,6 @@ TEST(ScheduleBe, HeldWhileHpIsActive) {
     expectEachBlockOnce(More);
   }
 }
-
-extern "C" void fake_hold_events(int On);
 
 // With a queue budget (TALLY_QUEUE_US=70 in its ctest): once the kernel's
 // forms are measured, launches made while HP is idle queue behind earlier

@@ -35,6 +35,10 @@ set_tests_properties(runtime-force-ptb PROPERTIES
 add_test(NAME runtime-force-ptb-stats
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats.py ${_stats})
 set_tests_properties(runtime-force-ptb-stats PROPERTIES FIXTURES_REQUIRED runtime-ptb-stats)
+add_test(NAME runtime-blocking-call COMMAND RuntimeTests --gtest_filter=BlockingCall.*)
+set_tests_properties(runtime-blocking-call PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_LOG_LEVEL=debug"
+  FAIL_REGULAR_EXPRESSION "TIMED OUT|FAILED" TIMEOUT 120)
 add_test(NAME runtime-force-slice COMMAND RuntimeTests --gtest_filter=ForceSlice.*)
 set_tests_properties(runtime-force-slice PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=slice;TALLY_SLICE_BLOCKS=3")
