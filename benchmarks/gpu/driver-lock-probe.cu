@@ -9,7 +9,7 @@
 // stream A; a program thread calls C (ordered after the kernel); 20 ms
 // later a second thread times P on its own non-blocking stream. P blocked
 // means C holds the lock while it waits. One line per (C, P):
-//   CALL  OP  call-us  op-us  BLOCKED|free
+//   CALL  OP  call-us  op-us  BLOCKED|free|free (the call did not wait)
 // Built with nvcc -arch=sm_90a -O2 driver-lock-probe.cu -lcuda.
 #include <cuda.h>
 
@@ -104,7 +104,13 @@ int main() {
   void *SpareHost = nullptr;
   void *Registered = nullptr;
   CUmodule SpareMod = nullptr;
-  CUevent After = nullptr;
+  CUevent After = nullptr, Doomed = nullptr, Pending = nullptr;
+  CUstream Busy = nullptr;
+  std::vector<char> Big;
+  CUmemGenericAllocationHandle Vmm = 0;
+  CUdeviceptr VmmPtr = 0;
+  size_t VmmBytes = 0;
+  CHECK(cuEventCreate(&Pending, CU_EVENT_DISABLE_TIMING));
   CHECK(cuEventCreate(&After, CU_EVENT_DISABLE_TIMING));
   std::vector<Call> Calls = {
       {"MemcpyDtoH-pageable-4B", {}, [&] { return cuMemcpyDtoH(W.Pageable.data(), W.Dev, 4); }},
@@ -132,6 +138,58 @@ int main() {
        }, [&] { return cuMemHostUnregister(Registered); }},
       {"ModuleUnload", [&] { cuModuleLoadData(&SpareMod, SpinPtx); }, [&] { return cuModuleUnload(SpareMod); }},
       {"MemAlloc", {}, [&] { return cuMemAlloc(&Spare, 1 << 20); }},
+      {"MemcpyDtoHAsync-pageable-perthread", {}, [&] {
+         return cuMemcpyDtoHAsync(W.Pageable.data(), W.Dev, 4, CU_STREAM_PER_THREAD);
+       }},
+      {"MemcpyDtoHAsync-pinned-null", {}, [&] { return cuMemcpyDtoHAsync(W.Pinned, W.Dev, 4, nullptr); }},
+      {"MemcpyHtoDAsync-pageable-null-1M", {}, [&] {
+         return cuMemcpyHtoDAsync(W.Dev, W.Pageable.data(), W.Bytes, nullptr);
+       }},
+      {"MemcpyHtoDAsync-pageable-null-64M", [&] { cuMemAlloc(&Spare, 64 << 20); Big.assign(64 << 20, 1); },
+       [&] { return cuMemcpyHtoDAsync(Spare, Big.data(), Big.size(), nullptr); }},
+      {"MemsetD32-pinned-host", {}, [&] {
+         CUdeviceptr P = 0;
+         cuMemHostGetDevicePointer(&P, W.Pinned, 0);
+         return cuMemsetD32(P, 0, 16);
+       }},
+      {"ModuleLoadData-ptx", {}, [&] { return cuModuleLoadData(&SpareMod, SpinPtx); }},
+      {"MemAllocHost", {}, [&] { return cuMemAllocHost(&SpareHost, 1 << 20); }},
+      {"MemHostRegister", [&] { Registered = std::aligned_alloc(4096, 1 << 20); },
+       [&] { return cuMemHostRegister(Registered, 1 << 20, 0); }},
+      {"StreamDestroy-busy", [&] {
+         cuStreamCreate(&Busy, CU_STREAM_DEFAULT);
+         cuStreamWaitEvent(Busy, Pending, 0);
+       }, [&] { return cuStreamDestroy(Busy); }},
+      {"EventDestroy", [&] { cuEventCreate(&Doomed, 0); cuEventRecord(Doomed, W.A); },
+       [&] { return cuEventDestroy(Doomed); }},
+      {"MemGetInfo", {}, [&] {
+         size_t F = 0, T = 0;
+         return cuMemGetInfo(&F, &T);
+       }},
+      {"MemUnmap-Release", [&] {
+         CUmemAllocationProp Prop = {};
+         Prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+         Prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+         Prop.location.id = 0;
+         size_t G = 0;
+         cuMemGetAllocationGranularity(&G, &Prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+         VmmBytes = G;
+         cuMemCreate(&Vmm, G, &Prop, 0);
+         cuMemAddressReserve(&VmmPtr, G, 0, 0, 0);
+         cuMemMap(VmmPtr, G, 0, Vmm, 0);
+         CUmemAccessDesc Acc = {};
+         Acc.location = Prop.location;
+         Acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+         cuMemSetAccess(VmmPtr, G, &Acc, 1);
+       }, [&] {
+         CUresult R = cuMemUnmap(VmmPtr, VmmBytes);
+         if (R == CUDA_SUCCESS)
+           R = cuMemRelease(Vmm);
+         cuMemAddressFree(VmmPtr, VmmBytes);
+         return R;
+       }},
+      {"MemFreeAsync-null", [&] { cuMemAllocAsync(&Spare, 1 << 20, W.A); },
+       [&] { return cuMemFreeAsync(Spare, nullptr); }},
   };
 
   // What the preemptor does while the call waits.
@@ -152,6 +210,10 @@ int main() {
          return R == CUDA_ERROR_NOT_READY ? CUDA_SUCCESS : R;
        }},
       {"MemcpyDtoHAsync-pinned-B", [&] { return cuMemcpyDtoHAsync(W.Pinned, W.Word, 4, W.B); }},
+      {"StreamWaitEvent", [&] { return cuStreamWaitEvent(W.B, E, 0); }},
+      {"StreamWaitValue32", [&] {
+         return cuStreamWaitValue32(W.B, W.Word, 0, CU_STREAM_WAIT_VALUE_GEQ);
+       }},
   };
 
   unsigned long long SpinNs = 150ull * 1000 * 1000;
@@ -160,9 +222,10 @@ int main() {
   for (auto &C : Calls) {
     for (auto &O : Ops) {
       CHECK(cuCtxSynchronize());
+      CHECK(cuLaunchKernel(W.Spin, 1, 1, 1, 32, 1, 1, 0, W.A, Args, nullptr));
+      CHECK(cuEventRecord(Pending, W.A));
       if (C.Before)
         C.Before();
-      CHECK(cuLaunchKernel(W.Spin, 1, 1, 1, 32, 1, 1, 0, W.A, Args, nullptr));
       double CallUs = 0, OpUs = 0;
       CUresult CallR = CUDA_SUCCESS, OpR = CUDA_SUCCESS;
       std::thread Program([&] {
@@ -185,7 +248,7 @@ int main() {
       cuGetErrorName(CallR, &CallErr);
       cuGetErrorName(OpR, &OpErr);
       std::printf("%-32s %-26s %10.0f %10.0f %s%s%s%s%s\n", C.Name, O.Name, CallUs, OpUs,
-                  OpUs > 50000 ? "BLOCKED" : "free", CallR ? " call:" : "",
+                  OpUs > 50000 ? "BLOCKED" : CallUs > 50000 ? "free" : "free (the call did not wait)", CallR ? " call:" : "",
                   CallR ? CallErr : "", OpR ? " op:" : "", OpR ? OpErr : "");
       std::fflush(stdout);
     }
