@@ -2,6 +2,8 @@
 
 #include "tally/Runtime/Config.h"
 
+#include <regex.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +79,13 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       C.Force = Form::Ptb;
     else
       return Fail("TALLY_FORCE", V, "original, slice or ptb");
+  }
+  if (const char *V = GetEnv("TALLY_FORCE_ONLY"); V && *V) {
+    regex_t Re;
+    if (regcomp(&Re, V, REG_EXTENDED | REG_NOSUB) != 0)
+      return Fail("TALLY_FORCE_ONLY", V, "an extended regular expression");
+    regfree(&Re);
+    C.ForceOnly = V;
   }
   if (const char *V = GetEnv("TALLY_PREEMPT"); V && *V) {
     uint64_t N = 0;

@@ -66,6 +66,9 @@ Runtime *Runtime::get() {
     }
     Impl->checkFeatures(MissingOptional);
     Impl->Rng.seed(C.Seed);
+    // Checked when the settings were read.
+    Impl->HasForceOnly = !C.ForceOnly.empty() &&
+                         regcomp(&Impl->ForceOnly, C.ForceOnly.c_str(), REG_EXTENDED | REG_NOSUB) == 0;
     logf(LogLevel::Info, "runtime loaded (priority %s, form %s%s)",
          C.Prio == Priority::High ? "high" : "best-effort",
          C.Forced ? formName(C.Force) : "automatic",
@@ -251,6 +254,7 @@ void Runtime::Impl::resolve(KernelEntry &K, CUfunction F) {
     }
   }
   K.Name = Name ? Name : "(unnamed kernel)";
+  K.ForceMatch = !HasForceOnly || regexec(&ForceOnly, K.Name.c_str(), 0, nullptr, 0) == 0;
   K.Owner = Owner;
   K.IsLibraryKernel = IsKernel;
   if (!Owner) {
@@ -496,7 +500,7 @@ void Runtime::Impl::forget(void *Owner) {
 Form Runtime::Impl::choose(const KernelEntry &K, const LaunchArgs &A) const {
   // Part 1 of the runtime has no scheduler: without --force kernels run as
   // they are. The cross-process policy plugs in here.
-  if (!Cfg.Forced || Cfg.Force == Form::Original || A.OriginalOnly ||
+  if (!Cfg.Forced || Cfg.Force == Form::Original || A.OriginalOnly || !K.ForceMatch ||
       K.Disabled.load(std::memory_order_relaxed))
     return Form::Original;
   uint64_t Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];

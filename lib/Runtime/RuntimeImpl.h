@@ -9,6 +9,8 @@
 #include "tally/Runtime/Runtime.h"
 #include "tally/Runtime/Segment.h"
 
+#include <regex.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -63,6 +65,8 @@ struct KernelEntry {
   /// "name@module hash": the kernel's key in the profile cache.
   std::string ProfileName;
   std::atomic<bool> Warned{false};
+  /// TALLY_FORCE_ONLY matches its name (or is not set).
+  bool ForceMatch = true;
   /// A variant failed at run time: the kernel runs as it is from now on.
   std::atomic<bool> Disabled{false};
 
@@ -233,6 +237,9 @@ struct Runtime::Impl {
   DriverTable D;
   void *DriverHandle = nullptr;
   bool VariantsUsable = false, PtbUsable = false;
+  /// TALLY_FORCE_ONLY, compiled (HasForceOnly: set).
+  regex_t ForceOnly;
+  bool HasForceOnly = false;
 
   std::mutex Mu; ///< guards the maps below
   std::unordered_map<CUfunction, KernelEntry *> Kernels;

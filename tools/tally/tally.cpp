@@ -68,6 +68,7 @@ const char *Variables =
     "variables does the same by hand):\n"
     "  TALLY_PRIORITY     high | best-effort\n"
     "  TALLY_FORCE        original | slice | ptb\n"
+    "  TALLY_FORCE_ONLY   a regular expression: the kernels --force applies to\n"
     "  TALLY_PREEMPT      random:N\n"
     "  TALLY_SEED         seed of the random preemption points\n"
     "  TALLY_STATS        1, or the JSON file to write\n"
@@ -334,7 +335,7 @@ int main(int Argc, char **Argv) {
   App.footer(Variables);
   CLI::App *Run = App.add_subcommand(
       "run", "run CMD with the Tally runtime loaded: tally run [options] -- CMD ARGS...");
-  std::string Priority = "best-effort", Force, Preempt, Stats, LogLevel, Lib, Seed;
+  std::string Priority = "best-effort", Force, ForceOnly, Preempt, Stats, LogLevel, Lib, Seed;
   unsigned Chunk = 0, SliceBlocks = 0, WorkersPerSM = 0;
   std::vector<std::string> Cmd;
   Run->add_option("--priority", Priority,
@@ -346,6 +347,10 @@ int main(int Argc, char **Argv) {
                   "run every kernel that has the variant in this form (original, slice, ptb); "
                   "without it the scheduler decides (best-effort processes), or the original runs")
       ->check(CLI::IsMember({"original", "slice", "ptb"}));
+  Run->add_option("--force-only", ForceOnly,
+                  "REGEX: --force applies only to kernels whose (mangled) name matches this "
+                  "POSIX extended regular expression; the others run as originals (to find "
+                  "which kernel's variant is at fault)");
   Run->add_option("--preempt", Preempt,
                   "random:N: preempt each PTB launch at up to N random points and resume it "
                   "(a correctness check of preemption)");
@@ -489,6 +494,7 @@ int main(int Argc, char **Argv) {
       setenv(Name, V.c_str(), 1);
   };
   Set("TALLY_FORCE", Force);
+  Set("TALLY_FORCE_ONLY", ForceOnly);
   Set("TALLY_PREEMPT", Preempt);
   if (Run->count("--stats"))
     Set("TALLY_STATS", Stats.empty() ? "1" : Stats);

@@ -8,6 +8,11 @@
 //   TALLY_PRIORITY   high | best-effort (default best-effort)
 //   TALLY_FORCE      original | slice | ptb: every kernel that has the form
 //                    runs in it (default: automatic)
+//   TALLY_FORCE_ONLY  an extended regular expression (POSIX): TALLY_FORCE
+//                    applies only to kernels whose name (as the driver
+//                    gives it, mangled) it matches anywhere; the others run
+//                    as originals. For finding which kernel's variant is at
+//                    fault (default: every kernel)
 //   TALLY_PREEMPT    random:N: preempt each PTB launch at up to N random
 //                    points and resume it (N 1..1000)
 //   TALLY_SEED       seed of the random preemption points (default 1)
@@ -69,6 +74,7 @@ struct Config {
   Priority Prio = Priority::BestEffort;
   bool Forced = false;
   Form Force = Form::Original;
+  std::string ForceOnly; ///< "" = every kernel (a checked regular expression)
   unsigned RandomPreemptions = 0; ///< 0: no random preemption
   uint64_t Seed = 1;
   bool Stats = false;

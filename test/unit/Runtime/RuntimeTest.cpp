@@ -555,6 +555,28 @@ TEST(BlockingCall, ASynchronousCopyWhileALaunchIsStopped) {
 }
 
 //===----------------------------------------------------------------------===//
+// TALLY_FORCE=ptb TALLY_FORCE_ONLY='^picked_[0-9]+$'
+//===----------------------------------------------------------------------===//
+
+TEST(ForceOnly, OnlyMatchingKernelsTakeTheForcedForm) {
+  Module Picked("picked_7"), Other("picked_7_not"), Third("other_picked_7");
+  std::vector<int> A(20), B(20), C(20);
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(Picked.K, A, 20), CUDA_SUCCESS);
+  ASSERT_EQ(launchDirect(Other.K, B, 20), CUDA_SUCCESS);
+  ASSERT_EQ(launchDirect(Third.K, C, 20), CUDA_SUCCESS);
+  fake_sync();
+  EXPECT_EQ(countPrefix("launch picked_7__tally_ptb "), 1u);
+  EXPECT_EQ(countPrefix("launch picked_7_not grid=20x1x1"), 1u);
+  EXPECT_EQ(countPrefix("launch other_picked_7 grid=20x1x1"), 1u);
+  EXPECT_EQ(countPrefix("launch picked_7_not__tally"), 0u);
+  EXPECT_EQ(countPrefix("launch other_picked_7__tally"), 0u);
+  expectEachBlockOnce(A);
+  expectEachBlockOnce(B);
+  expectEachBlockOnce(C);
+}
+
+//===----------------------------------------------------------------------===//
 // TALLY_FORCE=slice TALLY_SLICE_BLOCKS=3
 //===----------------------------------------------------------------------===//
 

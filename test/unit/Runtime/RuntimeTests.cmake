@@ -39,6 +39,14 @@ add_test(NAME runtime-blocking-call COMMAND RuntimeTests --gtest_filter=Blocking
 set_tests_properties(runtime-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_LOG_LEVEL=debug"
   FAIL_REGULAR_EXPRESSION "TIMED OUT|FAILED" TIMEOUT 120)
+add_test(NAME runtime-force-only COMMAND RuntimeTests --gtest_filter=ForceOnly.*)
+set_tests_properties(runtime-force-only PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_FORCE_ONLY=^picked_[0-9]+$")
+add_test(NAME runtime-force-only-bad COMMAND RuntimeTests --gtest_filter=BadSetting.*)
+set_tests_properties(runtime-force-only-bad PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_FORCE_ONLY=(unclosed"
+  PASS_REGULAR_EXPRESSION "bad value .\\(unclosed. for TALLY_FORCE_ONLY"
+  FAIL_REGULAR_EXPRESSION "FAILED")
 add_test(NAME runtime-force-slice COMMAND RuntimeTests --gtest_filter=ForceSlice.*)
 set_tests_properties(runtime-force-slice PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=slice;TALLY_SLICE_BLOCKS=3")
