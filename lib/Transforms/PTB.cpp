@@ -104,6 +104,16 @@ Expected<VariantRecord> addPtbVariant(Module &M, const Function &K,
   uint64_t Orig = paramBytes(K);
   Function &F = addClone(M, K, "ptb");
   V.Name = F.Name.str();
+  // `.reqntid` becomes `.maxntid` (same dimensions; the runtime launches
+  // the original's block shape): measured on an H100/H200 with ptxas 13.0,
+  // a kernel with `.reqntid 64` got its claim barrier, which the leader
+  // reaches after the other lanes of its warp, compiled as if the warp
+  // arrived converged (compute-sanitizer synccheck: "divergent threads in
+  // warp"); the other threads read the claim before it was written and the
+  // results were wrong. With `.maxntid` the same code is correct and clean.
+  for (Directive &D : F.Directives)
+    if (D.Name == ".reqntid")
+      D.Name = ".maxntid";
   if (Error E = addParams(M, F, Orig,
                           {{"__tly_ctrl", "control"},
                            {"__tly_grid_x", "grid_x"},

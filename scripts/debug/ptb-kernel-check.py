@@ -73,15 +73,29 @@ def main():
     ap.add_argument("--tally-opt", default=os.path.join(ROOT, ".carry", "runtime", "prefix",
                                                         "bin", "tally-opt"))
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--transformed", action="store_true",
+                    help="the PTX already holds the variants (tally-opt is not run)")
+    ap.add_argument("--row-bytes", type=int, default=0,
+                    help="report differences by rows of this many bytes: which rows differ, "
+                         "which still hold their input, which match the reference")
+    ap.add_argument("--dump", type=int, default=0,
+                    help="print the first N 16-bit words of each buffer: input, reference, "
+                         "variant (first failing run only)")
+    ap.add_argument("--only", choices=("ptb", "slice"), help="check one variant")
+    ap.add_argument("--workers", type=int, help="one PTB worker count (with --chunk)")
+    ap.add_argument("--chunk", type=int, default=1)
     args = ap.parse_args()
     src = open(args.ptx).read()
     name = args.kernel or re.search(r"\.entry\s+([\w$]+)", src).group(1)
     grid = tuple(args.grid + [1] * (3 - len(args.grid)))
     block = tuple(args.block + [1] * (3 - len(args.block)))
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "k.tally.ptx")
-        subprocess.run([args.tally_opt, "-q", args.ptx, "-o", out], check=True)
-        ptx = open(out).read()
+    if args.transformed:
+        ptx = src
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "k.tally.ptx")
+            subprocess.run([args.tally_opt, "-q", args.ptx, "-o", out], check=True)
+            ptx = open(out).read()
     path = os.path.join(tempfile.mkdtemp(), "k.ptx")
     open(path, "w").write(ptx)
     mod = cp.RawModule(path=path)
@@ -106,7 +120,7 @@ def main():
     print(f"original again: {'same' if same else 'DIFFERENT (not deterministic)'}")
     failures = 0
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    for kind in ("ptb", "slice"):
+    for kind in ((args.only,) if args.only else ("ptb", "slice")):
         entry = f"{name}__tally_{kind}"
         extras = variant_extras(ptx, entry)
         if extras is None:
@@ -115,6 +129,8 @@ def main():
         fn = mod.get_function(entry)
         if kind == "ptb":
             configs = [(w, c) for w in (1, 7, sms, 4 * sms, blocks) for c in (1, 4)]
+            if args.workers:
+                configs = [(args.workers, args.chunk)]
         else:
             per = max(1, blocks // 3)
             configs = [(per, 0)]
@@ -147,6 +163,28 @@ def main():
                     diff = np.nonzero(a != b)[0]
                     print(f"{what}: DIFFERENT buffers {bad}: {len(diff)} bytes, first at byte "
                           f"{diff[0]}, last at {diff[-1]}")
+                    if args.dump and failures == 1:
+                        for j, p in enumerate(p for p in inputs if isinstance(p, cp.ndarray)):
+                            w = lambda b: np.frombuffer(b, np.uint16)[: args.dump].tolist()
+                            print(f"  buffer {j} input {w(p.get().tobytes())}")
+                            print(f"  buffer {j} ref   {w(ref[j])}")
+                            print(f"  buffer {j} got   {w(got[j])}")
+                    if args.row_bytes:
+                        i = bad[0]
+                        inp = [p for p in inputs if isinstance(p, cp.ndarray)][i].get().tobytes()
+                        n = len(a) // args.row_bytes
+                        rows = lambda x: np.frombuffer(x, np.uint8)[: n * args.row_bytes].reshape(
+                            n, args.row_bytes)
+                        ra, rb, ri = rows(ref[i]), rows(got[i]), rows(inp)
+                        differ = np.nonzero((ra != rb).any(axis=1))[0]
+                        untouched = np.nonzero((rb == ri).all(axis=1) & (ra != ri).any(axis=1))[0]
+                        # Bytes that differ within the differing rows.
+                        cols = np.nonzero((ra[differ] != rb[differ]).any(axis=0))[0]
+                        print(f"  rows of {args.row_bytes} bytes: {len(differ)} of {n} differ "
+                              f"(first {differ[:12].tolist()}); {len(untouched)} still hold "
+                              f"their input (first {untouched[:12].tolist()}); differing byte "
+                              f"columns {cols[:16].tolist()}{'...' if len(cols) > 16 else ''} "
+                              f"({len(cols)})")
                 else:
                     print(f"{what}: same")
     print(f"failures: {failures}")
