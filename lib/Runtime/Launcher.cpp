@@ -400,8 +400,10 @@ void Runtime::Impl::preemptorLoop() {
 /// Polls \p E until it completes; false when the driver reports an error
 /// (a destroyed context at exit, say) or, once the process is exiting,
 /// after 10 s (the program's own exit must not hang on Tally).
-bool Runtime::Impl::waitEvent(CUevent E) {
+bool Runtime::Impl::waitEvent(CUevent E, const PtbLaunch *L, const char *What) {
   Clock::time_point Deadline{};
+  Clock::time_point Began = Clock::now();
+  bool Reported = false;
   for (unsigned Spin = 0;; ++Spin) {
     CUresult R = D.cuEventQuery(E);
     if (R == CUDA_SUCCESS)
@@ -410,6 +412,12 @@ bool Runtime::Impl::waitEvent(CUevent E) {
       return false;
     if (Spin > 2000) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (L && !Reported && (Spin & 255) == 0 && Clock::now() - Began > std::chrono::seconds(2)) {
+        // For finding hangs (docs/runtime.md): what the preemptor waits for.
+        Reported = true;
+        logf(LogLevel::Debug, "kernel %s: waiting for its %s for more than 2 s", L->K->Name.c_str(),
+             What);
+      }
       if ((Spin & 255) == 0 && Shut.load(std::memory_order_relaxed)) {
         if (Deadline == Clock::time_point{})
           Deadline = Clock::now() + std::chrono::seconds(10);
@@ -476,7 +484,7 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     //    to their last.
     // Either way the flag goes up only after the control block was cleared
     // (the Start event), or the clear would undo it.
-    if (!AtBlock && !waitEvent(L.Start))
+    if (!AtBlock && !waitEvent(L.Start, &L, "start"))
       return;
     if (!AtBlock) {
       auto Until = Clock::now() + std::chrono::microseconds(Delay);
@@ -522,14 +530,14 @@ bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::ti
   // The write must have landed before the block is read, cleared for the
   // resumption or reused: a late flag would stop a launch nobody resumes.
   bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
-  if (!waitEvent(L.End))
+  if (!waitEvent(L.End, &L, "end (workers gone)"))
     return false;
   LatencyUs = std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
   if (!FlagTracked) {
     // Cannot tell when the flag lands: wait for the signal stream itself.
     if (D.cuStreamSynchronize(C.Signal) != CUDA_SUCCESS)
       return false;
-  } else if (!waitEvent(L.Flag)) {
+  } else if (!waitEvent(L.Flag, &L, "flag write")) {
     return false;
   }
   Done = 0;

@@ -324,7 +324,8 @@ struct Runtime::Impl {
   void handle(PtbLaunch &L);
   /// A preemption not made: a program thread holds the drain lock.
   void deferred(PtbLaunch &L);
-  bool waitEvent(CUevent E);
+  /// \p L, \p What: named in a debug line if the wait passes 2 s.
+  bool waitEvent(CUevent E, const PtbLaunch *L = nullptr, const char *What = nullptr);
   bool resume(PtbLaunch &L);
   /// After the flag of \p L was raised at \p Raised: waits for the workers
   /// to leave and the flag write to land, reads `done`. False when the
