@@ -158,6 +158,8 @@ ContextState *Runtime::Impl::context() {
     R = D.cuStreamCreateWithPriority(&C.Resume, CU_STREAM_NON_BLOCKING, Least);
   if (R == CUDA_SUCCESS)
     R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING, Greatest);
+  if (R == CUDA_SUCCESS)
+    R = D.cuStreamCreateWithPriority(&C.Meta, CU_STREAM_NON_BLOCKING, Least);
   if (R != CUDA_SUCCESS || C.SMs <= 0) {
     logf(LogLevel::Warn, "cannot set up a CUDA context for variants (%s); its kernels run as they are",
          D.errorName(R).c_str());
@@ -191,9 +193,13 @@ ModuleEntry *Runtime::Impl::moduleEntry(void *Owner, bool IsLibrary, ContextStat
     } else {
       std::string Text(Bytes, '\0');
       RelaxedCaptureGuard Relax(D);
-      R = D.cuMemcpyDtoHAsync(&Text[0], Ptr, Bytes, C->Resume);
+      // On a stream of its own: a read queued on Resume behind a
+      // resumption hung a PyTorch program under preemption (a copy to
+      // pageable memory in the driver, the preemptor waiting for the
+      // resumption's end, the GPU idle; docs/runtime.md).
+      R = D.cuMemcpyDtoHAsync(&Text[0], Ptr, Bytes, C->Meta);
       if (R == CUDA_SUCCESS)
-        R = D.cuStreamSynchronize(C->Resume);
+        R = D.cuStreamSynchronize(C->Meta);
       if (R != CUDA_SUCCESS) {
         E->Problem = "cannot read the embedded metadata (" + D.errorName(R) + ")";
       } else {

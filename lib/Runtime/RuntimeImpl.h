@@ -116,8 +116,11 @@ struct ContextState {
   /// Destroyed: nothing of it may be touched again (its handles are gone).
   std::atomic<bool> Dead{false};
   int SMs = 0;
-  CUstream Resume = nullptr; ///< resumptions and internal copies (non-blocking)
+  CUstream Resume = nullptr; ///< resumptions and the preemptor's copies (non-blocking)
   CUstream Signal = nullptr; ///< preemption flags (non-blocking, highest priority)
+  /// Program threads' own reads (the embedded metadata; non-blocking): never
+  /// on Resume, where a read would be ordered with the preemptor's work.
+  CUstream Meta = nullptr;
   std::mutex Mu;
   std::vector<CUdeviceptr> FreeCtrl;
   std::vector<CUevent> FreeEvents, FreeTimingEvents;
