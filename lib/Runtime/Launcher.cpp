@@ -541,9 +541,17 @@ bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::ti
     return false;
   }
   Done = 0;
-  if (D.cuMemcpyDtoHAsync(&Done, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
+  if (!C.DoneWord && D.cuMemHostAlloc) {
+    void *P = nullptr;
+    if (D.cuMemHostAlloc(&P, 64, 0) == CUDA_SUCCESS)
+      C.DoneWord = static_cast<uint32_t *>(P); // kept for the context's life
+  }
+  // Into pinned memory where the driver gives it (see ContextState::Staging).
+  uint32_t *Into = C.DoneWord ? C.DoneWord : &Done;
+  if (D.cuMemcpyDtoHAsync(Into, L.Ctrl + 8, 4, C.Resume) != CUDA_SUCCESS ||
       D.cuStreamSynchronize(C.Resume) != CUDA_SUCCESS)
-    Done = 0; // unknown: resume anyway (a complete grid makes it a no-op)
+    *Into = 0; // unknown: resume anyway (a complete grid makes it a no-op)
+  Done = *Into;
   return true;
 }
 

@@ -193,13 +193,25 @@ ModuleEntry *Runtime::Impl::moduleEntry(void *Owner, bool IsLibrary, ContextStat
     } else {
       std::string Text(Bytes, '\0');
       RelaxedCaptureGuard Relax(D);
-      // On a stream of its own: a read queued on Resume behind a
-      // resumption hung a PyTorch program under preemption (a copy to
-      // pageable memory in the driver, the preemptor waiting for the
-      // resumption's end, the GPU idle; docs/runtime.md).
-      R = D.cuMemcpyDtoHAsync(&Text[0], Ptr, Bytes, C->Meta);
+      // On a stream of its own, into pinned memory where the driver gives
+      // it: a read queued on Resume behind a resumption, and later one into
+      // pageable memory, were in the way in hangs of a PyTorch program
+      // under preemption (docs/runtime.md).
+      std::lock_guard<std::mutex> G(C->StagingMu);
+      if (D.cuMemHostAlloc && C->StagingBytes < Bytes) {
+        void *P = nullptr;
+        size_t Want = std::max<size_t>(Bytes, 64 << 10);
+        if (D.cuMemHostAlloc(&P, Want, 0) == CUDA_SUCCESS) {
+          C->Staging = static_cast<char *>(P); // the old one is kept (see StagingMu)
+          C->StagingBytes = Want;
+        }
+      }
+      bool Pinned = C->StagingBytes >= Bytes;
+      R = D.cuMemcpyDtoHAsync(Pinned ? C->Staging : &Text[0], Ptr, Bytes, C->Meta);
       if (R == CUDA_SUCCESS)
         R = D.cuStreamSynchronize(C->Meta);
+      if (R == CUDA_SUCCESS && Pinned)
+        std::memcpy(&Text[0], C->Staging, Bytes);
       if (R != CUDA_SUCCESS) {
         E->Problem = "cannot read the embedded metadata (" + D.errorName(R) + ")";
       } else {

@@ -121,6 +121,15 @@ struct ContextState {
   /// Program threads' own reads (the embedded metadata; non-blocking): never
   /// on Resume, where a read would be ordered with the preemptor's work.
   CUstream Meta = nullptr;
+  /// Pinned staging for metadata reads (grown, never freed; guarded by
+  /// StagingMu): copies into pageable memory go through the driver's own
+  /// staging, and a program thread in one was found in every hang of a
+  /// PyTorch program under preemption (docs/runtime.md).
+  std::mutex StagingMu;
+  char *Staging = nullptr;
+  size_t StagingBytes = 0;
+  /// The preemptor's pinned word for reading a launch's done count.
+  uint32_t *DoneWord = nullptr;
   std::mutex Mu;
   std::vector<CUdeviceptr> FreeCtrl;
   std::vector<CUevent> FreeEvents, FreeTimingEvents;

@@ -590,6 +590,10 @@ FAKE CUresult cuMemAlloc_v2(CUdeviceptr *P, size_t Bytes) {
   *P = reinterpret_cast<CUdeviceptr>(std::calloc(1, Bytes));
   return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
+FAKE CUresult cuMemHostAlloc(void **P, size_t Bytes, unsigned) {
+  *P = std::calloc(1, Bytes);
+  return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
 FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St) {
   std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
