@@ -441,11 +441,25 @@ int main(int Argc, char **Argv) {
       ->required()
       ->check(CLI::IsMember({"show", "clear"}));
 
+  // `tally run [options] -- CMD ARGS...`: everything after the first `--`
+  // is the command, as it is. CLI11 is given the options and the program's
+  // name only: an option with an optional value (`--stats`) right before
+  // `--` otherwise made it read the program's own options as ours.
+  std::vector<std::string> Tail;
+  int ParsedArgc = Argc;
+  for (int I = 1; I + 1 < Argc; ++I)
+    if (!std::strcmp(Argv[I], "--")) {
+      Tail.assign(Argv + I + 1, Argv + Argc);
+      ParsedArgc = I + 2; // up to the program's name
+      break;
+    }
   try {
-    App.parse(Argc, Argv);
+    App.parse(ParsedArgc, Argv);
   } catch (const CLI::ParseError &E) {
     return App.exit(E);
   }
+  if (!Tail.empty() && *Run)
+    Cmd = Tail;
   if (*Mps)
     return runMps(MpsAction);
   if (*Prof)

@@ -128,3 +128,10 @@ add_test(NAME runtime-ptx-off COMMAND RuntimeTests --gtest_filter=RuntimePtxOff.
 set_tests_properties(runtime-ptx-off PROPERTIES
   ENVIRONMENT "${_ptx_env};TALLY_SHM_DIR=${_rt_dir}/shm-ptx-off;TALLY_RUNTIME_PTX=0"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+
+# `tally run`: everything after `--` is the command, also right after an
+# option with an optional value (`--stats`).
+add_test(NAME tally-run-command-after-dashes
+  COMMAND $<TARGET_FILE:tally> run --stats -- /bin/echo --steps 3 -- --stats)
+set_tests_properties(tally-run-command-after-dashes PROPERTIES
+  PASS_REGULAR_EXPRESSION "^--steps 3 -- --stats")
