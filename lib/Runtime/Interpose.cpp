@@ -535,6 +535,7 @@ __attribute__((visibility("default"))) CUresult cuModuleLoadData(CUmodule *M, co
     return CUDA_ERROR_NOT_INITIALIZED;
   Runtime *RT = Runtime::get();
   std::shared_ptr<const std::string> T = RT ? RT->ptxForModule(Image, "cuModuleLoadData") : nullptr;
+  BlockingCall Mark(true); // a load waits for running kernels (BlockingCalls.def)
   if (!T)
     return R(M, Image);
   CUresult Res = R(M, T->c_str());
@@ -553,6 +554,7 @@ cuModuleLoadDataEx(CUmodule *M, const void *Image, unsigned N, CUjit_option *Opt
   Runtime *RT = Runtime::get();
   std::shared_ptr<const std::string> T =
       RT ? RT->ptxForModule(Image, "cuModuleLoadDataEx") : nullptr;
+  BlockingCall Mark(true);
   if (!T)
     return R(M, Image, N, Opts, Vals);
   CUresult Res = R(M, T->c_str(), N, Opts, Vals);
@@ -573,6 +575,7 @@ cuLibraryLoadData(CUlibrary *L, const void *Code, CUjit_option *JitOpts, void **
   Runtime *RT = Runtime::get();
   std::shared_ptr<const std::string> T =
       RT ? RT->ptxForModule(Code, "cuLibraryLoadData") : nullptr;
+  BlockingCall Mark(true);
   if (!T)
     return R(L, Code, JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib);
   CUresult Res = R(L, T->c_str(), JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib);

@@ -375,6 +375,11 @@ KernelEntry *Runtime::Impl::lookup(CUfunction F) {
     auto New = std::make_unique<KernelEntry>();
     {
       RelaxedCaptureGuard Relax(D);
+      // A blocking call (BlockingCalls.def) on the program's thread: with
+      // lazy module loading, looking up the variants and the metadata may
+      // load the module, which waits for running kernels, and the metadata
+      // read waits for its copy.
+      std::shared_lock<std::shared_mutex> Mark(Drain);
       resolve(*New, F);
     }
     if (!New->WhyNoVariants.empty())
