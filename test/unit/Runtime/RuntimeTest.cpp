@@ -748,6 +748,47 @@ TEST(ScheduleBe, QueueBudget) {
     expectEachBlockOnce(Out);
 }
 
+// TALLY_FORCE=ptb with scheduling (its own ctest entry): a BE launch is
+// stopped for an arriving HP request and held until HP is idle; meanwhile
+// the BE program enters a synchronous copy. The copy must wait in Tally
+// until the resumption is queued: in the driver it would hold the lock the
+// resumption needs (the fake's copy then gives up: "copy TIMED OUT").
+TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_copy");
+  fake_set_blocks_before_flag(1);
+  std::vector<int> Out(64);
+  fake_hold_events(1); // the launch does not end on its own
+  ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS); // no HP yet: PTB, watched
+  size_t Raised = fake_log_count("writevalue", " value=1");
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  bool Up = false;
+  for (int I = 0; I < 200 && !Up; ++I) {
+    beAlive(*Hp, 10);
+    Up = fake_log_count("writevalue", " value=1") > Raised;
+  }
+  ASSERT_TRUE(Up) << "HP arrived but the BE launch was not stopped";
+  fake_hold_events(0); // its end is seen; it stays stopped while HP is busy
+  std::atomic<bool> Copied{false};
+  CUresult R = CUDA_ERROR_UNKNOWN;
+  int First = 0;
+  std::thread Copy([&] {
+    R = cuMemcpyDtoH_v2(&First, reinterpret_cast<CUdeviceptr>(Out.data()), sizeof First);
+    Copied = true;
+  });
+  beAlive(*Hp, 200);
+  EXPECT_FALSE(Copied.load()) << "the copy returned while the launch was stopped";
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 4000, &Copied);
+  Copy.join();
+  EXPECT_EQ(R, CUDA_SUCCESS);
+  EXPECT_EQ(First, 1) << "the copy did not wait for the kernel";
+  fake_sync();
+  expectEachBlockOnce(Out);
+  EXPECT_EQ(fake_log_count("copy TIMED OUT", ""), 0u);
+}
+
 // An HP process killed in the middle of a request: its slot goes stale and
 // the BE process is not held by it.
 TEST(ScheduleBe, ADeadHpProcessDoesNotHoldIt) {

@@ -92,6 +92,11 @@ set_tests_properties(runtime-schedule-queue PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-blocking-call
+  COMMAND RuntimeTests --gtest_filter=ScheduleBlocking.*)
+set_tests_properties(runtime-schedule-blocking-call PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-blocking;TALLY_CACHE_DIR=${_rt_dir}/cache-blocking;TALLY_FORCE=ptb;TALLY_LOG_LEVEL=debug"
+  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT")
 add_test(NAME runtime-schedule-dead-hp COMMAND RuntimeTests --gtest_filter=ScheduleBe.ADeadHpProcessDoesNotHoldIt)
 set_tests_properties(runtime-schedule-dead-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-dead;TALLY_CACHE_DIR=${_rt_dir}/cache-dead"
