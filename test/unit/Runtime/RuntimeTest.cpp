@@ -17,6 +17,8 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 #include <gtest/gtest.h>
 
@@ -779,6 +781,30 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
   });
   beAlive(*Hp, 200);
   EXPECT_FALSE(Copied.load()) << "the copy returned while the launch was stopped";
+  {
+    // A child forked now (the preemptor holds the drain lock) must not
+    // wait for it: its copy returns (an error: the fake's stopped launch
+    // is never resumed in the child) instead of hanging.
+    pid_t Child = fork();
+    ASSERT_GE(Child, 0);
+    if (Child == 0) {
+      std::freopen("/dev/null", "w", stderr); // the fake's "copy TIMED OUT" is expected here
+      int Word = 0;
+      cuMemcpyDtoH_v2(&Word, reinterpret_cast<CUdeviceptr>(Out.data()), sizeof Word);
+      _exit(0);
+    }
+    int Status = 0;
+    pid_t Done = 0;
+    for (int I = 0; I < 100 && Done == 0; ++I) {
+      usleep(50000);
+      Done = waitpid(Child, &Status, WNOHANG);
+    }
+    if (Done == 0) {
+      kill(Child, SIGKILL);
+      waitpid(Child, &Status, 0);
+    }
+    EXPECT_EQ(Done, Child) << "a child forked during a preemption hung in a blocking call";
+  }
   Hp->hpFinished(Seq);
   beAlive(*Hp, 4000, &Copied);
   Copy.join();
