@@ -140,3 +140,8 @@ add_test(NAME tally-run-command-after-dashes
   COMMAND $<TARGET_FILE:tally> run --stats -- /bin/echo --steps 3 -- --stats)
 set_tests_properties(tally-run-command-after-dashes PROPERTIES
   PASS_REGULAR_EXPRESSION "^--steps 3 -- --stats")
+
+# scripts/stats-diff.py (the steady state of the Triton check) on made-up runs.
+add_test(NAME stats-diff
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats-diff.py
+          ${PROJECT_SOURCE_DIR}/scripts/stats-diff.py)
