@@ -171,11 +171,16 @@ void runBlock(const std::vector<unsigned char> &B, uint64_t Block) {
     Out[Block] += 1;
 }
 
+/// The logical blocks of a PTB launch (its grid parameters).
+uint64_t gridBlocks(const PendingPtb &P) {
+  return uint64_t(rd32(P.Params, P.K->GridAt)) * rd32(P.Params, P.K->GridAt + 4) *
+         rd32(P.Params, P.K->GridAt + 8);
+}
+
 /// Runs up to \p Max more logical blocks of a PTB launch (the claim loop).
 void runPtb(PendingPtb &P, uint64_t Max) {
   uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
-  uint64_t N = uint64_t(rd32(P.Params, P.K->GridAt)) * rd32(P.Params, P.K->GridAt + 4) *
-               rd32(P.Params, P.K->GridAt + 8);
+  uint64_t N = gridBlocks(P);
   for (uint64_t I = 0; I < Max && Ctrl[0] < N; ++I) {
     runBlock(P.Params, Ctrl[0]);
     ++Ctrl[0];
@@ -621,9 +626,7 @@ FAKE CUresult cuMemcpyDtoH_v2(void *Dst, CUdeviceptr Src, size_t N) {
       // The latest launch on each control block (resumptions share it).
       std::map<uint32_t *, uint64_t> Grid;
       for (PendingPtb &P : S().Pending)
-        Grid[reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt))] =
-            uint64_t(rd32(P.Params, P.K->GridAt)) * rd32(P.Params, P.K->GridAt + 4) *
-            rd32(P.Params, P.K->GridAt + 8);
+        Grid[reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt))] = gridBlocks(P);
       bool Complete = true;
       for (auto [Ctrl, Blocks] : Grid)
         Complete &= Ctrl[2] >= Blocks;
