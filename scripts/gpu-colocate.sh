@@ -598,7 +598,7 @@ colo() {
   local notes=
   ((bealive)) || notes="BE ended before HP did (exit $BERC)"
   if [[ $conf == gpt || $conf == torch ]]; then
-    # Stopped by SIGTERM: train.py ends cleanly (0), train-gpt by the signal.
+    # Stopped by SIGTERM: train.py and train-gpt end cleanly (0; 143 from an older train-gpt).
     [[ $BERC == 143 || $BERC == 0 ]] || check "$name: BE run" FAIL "exit $BERC: $(errtail "$L/$name.be.err")"
     [[ $conf == gpt ]] && is_tally "$sys" && check_gpt_losses "$name"
   else

@@ -69,7 +69,7 @@ hp() {
 }
 # be_rate LOG BLOCKS: blocks per second from be-spin's summary.
 be_rate() {
-  awk -v b="$2" '/kernels\/s/ { for (i = 1; i < NF; i++) if ($i ~ /kernels\/s/) r = $(i - 1) } END { if (r != "") print r * b }' "$1"
+  awk -v b="$2" '/kernels\/s/ { for (i = 2; i <= NF; i++) if ($i ~ /kernels\/s/) r = $(i - 1) } END { if (r != "") print r * b }' "$1"
 }
 
 rows=()

@@ -158,6 +158,14 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_QUEUE_US", V, "microseconds from 0 to 1000000");
     C.QueueUs = N;
   }
+  if (const char *V = GetEnv("TALLY_BESIDE"); V && *V) {
+    if (!std::strcmp(V, "0"))
+      C.Beside = false;
+    else if (!std::strcmp(V, "1"))
+      C.Beside = true;
+    else
+      return Fail("TALLY_BESIDE", V, "0 or 1");
+  }
   if (const char *V = GetEnv("TALLY_SHM_DIR"); V && *V)
     C.ShmDir = V;
   if (const char *V = GetEnv("TALLY_SCHEDULE"); V && *V) {

@@ -175,6 +175,7 @@ Choice Policy::choose(const LaunchShape &S) {
   Made.OriginalNs = Ms.front().BestNs; // candidates() puts the original first
   Made.TurnaroundUs = turnaroundUs(S, C, Ms[Best].BestNs);
   Made.MeetsTarget = Made.TurnaroundUs <= Cfg.TurnaroundUs;
+  Made.OriginalOnly = Cands.size() == 1;
   Decisions.push_back(std::move(Made));
   ++Hits;
   return C;
@@ -188,6 +189,13 @@ uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {
     return 0;
   double Ns = C.F == Form::Original ? double(M.BestNs) : turnaroundUs(S, C, M.BestNs) * 1e3;
   return static_cast<uint64_t>(Ns * 1.25) + 1;
+}
+
+bool Policy::besideOk(const LaunchShape &S, const Choice &C) const {
+  if (C.F != Form::Original || C.Measuring)
+    return false;
+  uint64_t Ns = queuedWaitNs(S, C);
+  return Ns && double(Ns) <= Cfg.TurnaroundUs * 1e3;
 }
 
 void Policy::measured(const LaunchShape &S, const Choice &C, uint64_t Ns) {

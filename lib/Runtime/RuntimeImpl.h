@@ -220,6 +220,8 @@ struct Coordination {
   std::atomic<uint64_t> Unstoppable{0};
   /// BE launches made while earlier ones were still queued (QueueUs).
   std::atomic<uint64_t> QueuedLaunches{0};
+  /// BE launches started while HP was busy because they are short (MPS).
+  std::atomic<uint64_t> BesideLaunches{0};
   /// Policy-chosen launches of grids smaller than the GPU, by form.
   std::atomic<uint64_t> SmallGrid[3] = {};
 };
@@ -369,10 +371,14 @@ struct Runtime::Impl {
                     bool Capturing);
   CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
                     CUstream S, Form &F);
-  void holdWhileHpBusy(ContextState &C);
-  /// Spins until \p Busy() (BE's own work in the way) is false and HP is
-  /// idle, or the runtime shuts down; counts the holds HP caused.
-  template <typename OwnWork> void holdUntil(OwnWork Busy);
+  /// Holds until this context's BE launches (the last one, and the queued
+  /// ones) have ended and, unless \p HpMatters is false (a launch allowed
+  /// beside HP), HP is idle.
+  void holdWhileHpBusy(ContextState &C, bool HpMatters = true);
+  /// Spins until \p Busy() (BE's own work in the way) is false and, when
+  /// \p HpMatters, HP is idle, or the runtime shuts down; counts the holds
+  /// HP caused.
+  template <typename OwnWork> void holdUntil(OwnWork Busy, bool HpMatters = true);
   /// Queue budget: forgets the queued launches that ended and returns what
   /// the others may make HP wait (saturating; 0 when none is left).
   /// Queued launches on other streams than \p S count as unknown (a PTB
@@ -380,7 +386,7 @@ struct Runtime::Impl {
   uint64_t queuedWait(ContextState &C, CUstream S = nullptr);
   /// Queue budget: holds the calling thread until HP is idle and a launch
   /// on \p S that may make HP wait \p WaitNs fits behind the queued ones.
-  void holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs);
+  void holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs, bool HpMatters = true);
   /// Queue budget: remembers a launch just made on \p S.
   void queueBe(ContextState &C, CUstream S, uint64_t WaitNs);
   void finishMeasurement();

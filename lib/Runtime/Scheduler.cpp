@@ -141,10 +141,21 @@ void Runtime::Impl::coordinate(ContextState &C) {
       }
       Co.Pol = std::make_unique<Policy>(PC, Co.Cache.get());
     }
-    Co.Mps = mpsRunning();
+    // The driver says whether this context is an MPS client (CUDA 12.4
+    // and later); an older driver, only whether a control daemon's pipe is
+    // there.
+    int MpsOn = 0;
+    bool Asked = D.cuDeviceGetAttribute &&
+                 D.cuDeviceGetAttribute(&MpsOn, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, C.Dev) ==
+                     CUDA_SUCCESS;
+    Co.Mps = Asked ? MpsOn != 0 : mpsRunning();
     if (Co.Mps)
-      logf(LogLevel::Info, "MPS is running: HP and BE kernels share the GPU side by side; an "
-                           "arriving HP kernel waits for the running BE blocks to leave");
+      logf(LogLevel::Info, "MPS is %s: HP and BE kernels share the GPU side by side; an "
+                           "arriving HP kernel waits for the running BE blocks to leave%s",
+           Asked ? "on for this context" : "running (its control pipe is there)",
+           Cfg.Prio == Priority::High || !Cfg.Beside
+               ? ""
+               : "; BE kernels measured within the turnaround target run beside HP's");
     else
       logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
                            "waits for the BE context's time slice (hundreds of microseconds); "
@@ -367,11 +378,11 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
 /// Holds the calling thread until the previous BE launch has ended and HP
 /// has been idle for the idle window. Never forever: a dead HP process's
 /// activity stops counting once its heartbeat is stale.
-template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy) {
+template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpMatters) {
   uint64_t Start = 0;
   for (unsigned Spin = 0;; ++Spin) {
     bool Wait = Busy();
-    if (!Wait) {
+    if (!Wait && HpMatters) {
       Policy::Mode Mode;
       Wait = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
       if (Wait && !Start) {
@@ -392,7 +403,7 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy) {
     Co.HeldNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
 }
 
-void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
+void Runtime::Impl::holdWhileHpBusy(ContextState &C, bool HpMatters) {
   holdUntil([&] {
     if (!C.BeQueue.empty()) {
       queuedWait(C);
@@ -411,7 +422,7 @@ void Runtime::Impl::holdWhileHpBusy(ContextState &C) {
       Co.Unstoppable.fetch_add(1, std::memory_order_relaxed);
     }
     return true;
-  });
+  }, HpMatters);
 }
 
 uint64_t Runtime::Impl::queuedWait(ContextState &C, CUstream S) {
@@ -438,14 +449,14 @@ uint64_t Runtime::Impl::queuedWait(ContextState &C, CUstream S) {
   return Sum;
 }
 
-void Runtime::Impl::holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs) {
+void Runtime::Impl::holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs, bool HpMatters) {
   const uint64_t Budget = Cfg.QueueUs * 1000;
   bool Behind = false;
   holdUntil([&] {
     uint64_t Queued = queuedWait(C, S);
     Behind = !C.BeQueue.empty();
     return Behind && (Queued == UINT64_MAX || WaitNs > Budget || Queued > Budget - WaitNs);
-  });
+  }, HpMatters);
   if (Behind)
     Co.QueuedLaunches.fetch_add(1, std::memory_order_relaxed);
 }
@@ -513,10 +524,11 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
   // One BE launch at a time, each after HP has been idle for the window;
-  // with a queue budget, launches whose wait is known may queue (below).
+  // with a queue budget, launches whose wait is known may queue (below);
+  // under MPS, short originals need not wait for HP (besideOk).
   const bool Queue = Cfg.QueueUs && !C.BeQueueBroken;
-  if (!Queue || Co.Measure.Active)
-    holdWhileHpBusy(C);
+  if (Co.Measure.Active)
+    holdWhileHpBusy(C, /*HpMatters=*/false); // the measured launch must end first
   finishMeasurement();
   if (!C.BeStart || !C.BeDone) {
     RelaxedCaptureGuard Relax(D);
@@ -525,6 +537,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     if (!C.BeDone && D.cuEventCreate(&C.BeDone, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
       C.BeDone = nullptr;
     if (!C.BeStart || !C.BeDone) {
+      holdWhileHpBusy(C);
       F = Form::Original;
       return Original();
     }
@@ -532,11 +545,15 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   Choice Pick;
   bool Decided = false;
   LaunchShape Sh;
+  const bool Beside = Co.Mps && Cfg.Beside;
+  const bool Variants = K.hasVariants() && !K.Disabled.load(std::memory_order_relaxed);
   if (Cfg.Forced) {
     F = choose(K, A);
-  } else if (!K.hasVariants() || A.OriginalOnly || K.Disabled.load(std::memory_order_relaxed)) {
+  } else if (A.OriginalOnly || (!Variants && !Beside)) {
     F = Form::Original;
   } else {
+    // Kernels without variants are measured too under MPS: a short one
+    // may run beside HP.
     Sh.Key.Kernel = K.ProfileName.empty() ? K.Name : K.ProfileName;
     for (int I = 0; I < 3; ++I) {
       Sh.Key.Grid[I] = A.Grid[I];
@@ -544,12 +561,12 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     }
     Sh.Key.Shared = A.SharedBytes;
     Sh.Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
-    Sh.HasPtb = K.Ptb && PtbUsable;
-    Sh.HasSlice = K.Slice.has_value();
+    Sh.HasPtb = Variants && K.Ptb && PtbUsable;
+    Sh.HasSlice = Variants && K.Slice.has_value();
     Sh.PtbPerSM = Sh.HasPtb ? workersPerSM(C, K.PtbFn, K.IsLibraryKernel, A) : 0;
     Sh.SlicePerSM = Sh.HasSlice ? workersPerSM(C, K.SliceFn, K.IsLibraryKernel, A) : 0;
     Sh.SMs = C.SMs;
-    if (Sh.Blocks == 0 || Sh.Blocks > UINT32_MAX) {
+    if (Sh.Blocks == 0 || Sh.Blocks > UINT32_MAX || Sh.Key.Kernel.empty()) {
       F = Form::Original;
     } else {
       std::lock_guard<std::mutex> G(Co.PolMu);
@@ -561,30 +578,33 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
         Co.Measure.C = &C;
         Co.Measure.Shape = Sh;
         Co.Measure.Pick = Pick;
-        Co.Measure.Arrivals = Co.Pol->arrivals();
-        Co.Measure.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
       }
     }
   }
+  bool Short = false; // may start while HP is busy
+  if (Beside && Decided && !Pick.Measuring) {
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    Short = Co.Pol->besideOk(Sh, Pick);
+  }
   uint64_t WaitNs = UINT64_MAX; // what this launch may make HP wait
-  if (Queue) {
-    if (Decided && !Pick.Measuring) {
-      std::lock_guard<std::mutex> G(Co.PolMu);
-      WaitNs = Co.Pol->queuedWaitNs(Sh, Pick);
-      if (!WaitNs)
-        WaitNs = UINT64_MAX;
-    }
-    if (WaitNs == UINT64_MAX) {
-      holdWhileHpBusy(C); // not measured (or measuring): alone, as without a budget
-      if (Co.Measure.Active) {
-        // The measurement counts HP arrivals from now, not from the choice.
-        std::lock_guard<std::mutex> G(Co.PolMu);
-        Co.Measure.Arrivals = Co.Pol->arrivals();
-        Co.Measure.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
-      }
-    } else {
-      holdForQueue(C, S, WaitNs);
-    }
+  if (Queue && Decided && !Pick.Measuring) {
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    WaitNs = Co.Pol->queuedWaitNs(Sh, Pick);
+    if (!WaitNs)
+      WaitNs = UINT64_MAX;
+  }
+  if (Queue && WaitNs != UINT64_MAX)
+    holdForQueue(C, S, WaitNs, /*HpMatters=*/!Short);
+  else
+    holdWhileHpBusy(C, /*HpMatters=*/!Short); // alone (unmeasured, measuring, no budget)
+  if (Short && observeBusy(nullptr))
+    Co.BesideLaunches.fetch_add(1, std::memory_order_relaxed);
+  if (Co.Measure.Active) {
+    // The measurement counts HP arrivals from now, not from the choice.
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    Co.Pol->observe(monotonicNs(), observeHp(monotonicNs()));
+    Co.Measure.Arrivals = Co.Pol->arrivals();
+    Co.Measure.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
   }
   bool Timed = Co.Measure.Active;
   if (Timed && D.cuEventRecord(C.BeStart, S) != CUDA_SUCCESS)
@@ -605,7 +625,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   }
   if (R != CUDA_SUCCESS)
     Co.Measure.Active = false;
-  else if (Decided && uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2] < uint64_t(C.SMs))
+  else if (Decided && Variants && uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2] < uint64_t(C.SMs))
     Co.SmallGrid[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed);
   return R;
 }

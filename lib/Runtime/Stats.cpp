@@ -156,11 +156,19 @@ void Runtime::Impl::writeStats() {
   uint64_t Hits = 0, Misses = 0;
   std::vector<double> Costs; // each decision's cost over the original
   size_t WithinTarget = 0, Over5 = 0;
+  // Shapes of kernels without variants (measured for the beside rule):
+  // how many, and how many are short enough to run beside HP.
+  size_t OnlyShapes = 0, OnlyShort = 0;
   if (Co.Pol) {
     std::lock_guard<std::mutex> G(Co.PolMu);
     Hits = Co.Pol->profileHits();
     Misses = Co.Pol->profileMisses();
     for (const Decision &D : Co.Pol->decisions()) {
+      if (D.OriginalOnly) {
+        ++OnlyShapes;
+        OnlyShort += D.MeetsTarget;
+        continue;
+      }
       Costs.push_back(D.costOverOriginal());
       WithinTarget += D.MeetsTarget;
       Over5 += D.costOverOriginal() > 0.05;
@@ -208,6 +216,12 @@ void Runtime::Impl::writeStats() {
     std::fprintf(E, "tally: queue budget %llu us: %llu launches queued behind earlier ones\n",
                  (unsigned long long)Cfg.QueueUs,
                  (unsigned long long)Co.QueuedLaunches.load());
+  if (Co.Usable && Cfg.Prio != Priority::High && (Co.Mps || Co.BesideLaunches.load()))
+    std::fprintf(E,
+                 "tally: beside HP (MPS): %llu short launches started while HP was busy%s; "
+                 "kernels without variants measured at %zu launch shapes, %zu of them short\n",
+                 (unsigned long long)Co.BesideLaunches.load(),
+                 Cfg.Beside ? "" : " (off: TALLY_BESIDE=0)", OnlyShapes, OnlyShort);
   if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())
     std::fprintf(E,
                  "tally: profile choices for %zu launch shapes: the chosen form's best time over "
@@ -249,6 +263,8 @@ void Runtime::Impl::writeStats() {
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"queue_us\": %llu, \"queued_launches\": %llu, "
+               "\"beside\": {\"enabled\": %s, \"launches\": %llu, "
+               "\"original_only_shapes\": %zu, \"original_only_short\": %zu}, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
                "\"profile_hits\": %llu, \"profile_misses\": %llu, "
                "\"choices\": {\"count\": %zu, \"cost_over_original_p50\": %.6f, "
@@ -265,6 +281,8 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
                (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Cfg.QueueUs,
                (unsigned long long)Co.QueuedLaunches.load(),
+               Co.Mps && Cfg.Beside ? "true" : "false",
+               (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
                (unsigned long long)Co.SmallGrid[0].load(),
                (unsigned long long)Co.SmallGrid[1].load(),
                (unsigned long long)Co.SmallGrid[2].load(), (unsigned long long)Hits,

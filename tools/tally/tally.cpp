@@ -80,6 +80,7 @@ const char *Variables =
     "  TALLY_IDLE_US      BE work resumes after HP was idle this long (default 100)\n"
     "  TALLY_SILENCE_MS   after this long without HP activity, BE kernels run as\n"
     "                     originals at full speed (default 100)\n"
+    "  TALLY_BESIDE       0: under MPS, short BE kernels also wait for HP to be idle\n"
     "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
     "  TALLY_SCHEDULE     0: no scheduling across processes\n"
     "  TALLY_PROFILE_CACHE  0: do not read or write the profile cache\n"
@@ -394,6 +395,11 @@ int main(int Argc, char **Argv) {
                   "many us, instead of one launch at a time (default 0: one at a time); an "
                   "arriving HP kernel may wait that long more")
       ->check(CLI::Range(0u, 1000000u));
+  bool NoBeside = false;
+  Run->add_flag("--no-beside", NoBeside,
+                "best-effort: under MPS, short kernels wait for HP to be idle like the others "
+                "(default: an original measured within --turnaround-us runs beside HP's "
+                "kernels at once)");
   Run->add_option("--shm-dir", ShmDir,
                   "folder of the per-GPU segment the processes share (default /dev/shm; "
                   "containers must share it)");
@@ -527,6 +533,8 @@ int main(int Argc, char **Argv) {
     Set("TALLY_SILENCE_MS", std::to_string(SilenceMs));
   if (QueueUs)
     Set("TALLY_QUEUE_US", std::to_string(QueueUs));
+  if (NoBeside)
+    Set("TALLY_BESIDE", "0");
   Set("TALLY_SHM_DIR", ShmDir);
   if (NoCache)
     Set("TALLY_PROFILE_CACHE", "0");

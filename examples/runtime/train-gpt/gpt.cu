@@ -17,6 +17,7 @@
 #include "../common.h"
 
 #include <cmath>
+#include <csignal>
 #include <cublas_v2.h>
 #include <string>
 #include <vector>
@@ -852,9 +853,20 @@ int gradCheck(Gpt &gpt) {
   return failed ? 1 : 0;
 }
 
+// SIGTERM or SIGINT end training after the step in flight, so that the
+// program exits normally (a co-location benchmark stops it this way, and
+// the Tally runtime then writes its statistics at exit).
+volatile std::sig_atomic_t stopRequested = 0;
+void onStopSignal(int) { stopRequested = 1; }
+
 } // namespace
 
 int runGpt(int steps, bool gradcheck) {
+  struct sigaction sa = {};
+  sa.sa_handler = onStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   Config cfg;
   Gpt gpt(cfg);
   std::vector<int> data = makeData(cfg.V, 1 << 16);
@@ -869,7 +881,8 @@ int runGpt(int steps, bool gradcheck) {
     return gradCheck(gpt);
   }
   float first = 0, last = 0;
-  for (int step = 0; step < steps; ++step) {
+  int done = 0;
+  for (int step = 0; step < steps && !stopRequested; ++step, ++done) {
     batchAt(data, cfg, step, in, tgt);
     gpt.setBatch(in, tgt);
     float loss = gpt.step(true);
@@ -885,6 +898,10 @@ int runGpt(int steps, bool gradcheck) {
   CHECK(cudaMemcpy(p.data(), gpt.paramData(), P * 4, cudaMemcpyDeviceToHost));
   std::printf("parameters %016llx\n",
               (unsigned long long)fnv1a(p.data(), P * 4));
+  if (done < steps) {
+    std::printf("stopped by a signal after %d steps\n", done);
+    return 0;
+  }
   if (steps >= 20) {
     bool down = last < first - 0.5f;
     std::printf("loss %s: first %.6f last %.6f\n",

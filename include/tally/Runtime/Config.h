@@ -92,6 +92,10 @@ struct Config {
   /// estimated time of the queued work stays within this (0: one launch at
   /// a time).
   uint64_t QueueUs = 0;
+  /// Under MPS, BE launches measured to be short (an original whose time,
+  /// with a quarter more, is within TurnaroundUs) may start while HP works:
+  /// they run beside it instead of waiting for HP to be idle.
+  bool Beside = true;
   std::string ShmDir = "/dev/shm";
   bool Schedule = true;
   bool ProfileCache = true;

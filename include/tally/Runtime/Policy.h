@@ -26,7 +26,16 @@
 //    turnaround among those at most 1.5x slower than the fastest.
 //    Grids with fewer blocks than SMs get the same consideration (fewer
 //    PTB workers than blocks make them preemptible at some cost), where the
-//    original Tally always ran them whole.
+//    original Tally always ran them whole. Kernels without variants have
+//    one candidate, the original: it is measured all the same (for the
+//    next rule).
+//  * Under MPS, a launch whose chosen form is the original and measured
+//    short (besideOk: its time, with a quarter more, within TurnaroundUs)
+//    need not wait for HP to be idle: kernels of two processes run side by
+//    side there, and an arriving HP kernel waits for it no longer than the
+//    turnaround target. (Measured on an H100: eager PyTorch training beside
+//    a ResNet-50 service under plain MPS kept the service's p99; held until
+//    HP was idle, it lost two thirds of its speed.)
 //
 // Turnaround estimates from a measured time T of a launch of N blocks:
 // original T (it cannot be stopped); PTB with W workers claiming C blocks
@@ -96,6 +105,9 @@ struct Decision {
   uint64_t ChosenNs = 0, OriginalNs = 0;
   double TurnaroundUs = 0;
   bool MeetsTarget = false;
+  /// The shape had no candidate but the original (a kernel without
+  /// variants): there was nothing to choose.
+  bool OriginalOnly = false;
   /// ChosenNs / OriginalNs - 1 (0.03: 3 % slower than the original).
   double costOverOriginal() const {
     return OriginalNs ? double(ChosenNs) / double(OriginalNs) - 1.0 : 0.0;
@@ -133,6 +145,11 @@ public:
   /// margin. 0 when \p C was not measured, and for slices (issued one at a
   /// time anyway): such a launch is not queued behind others.
   uint64_t queuedWaitNs(const LaunchShape &S, const Choice &C) const;
+  /// May a launch of \p C for \p S start while HP is busy, beside it (under
+  /// MPS)? Only a measured original whose wait (queuedWaitNs) is within
+  /// the turnaround target: a PTB launch would be preempted at once, and
+  /// slices and unmeasured launches have no bound.
+  bool besideOk(const LaunchShape &S, const Choice &C) const;
 
   /// Choices made from a complete profile, and launches that were
   /// measurements (for the statistics).

@@ -381,6 +381,15 @@ FAKE CUresult cuCtxGetDevice(CUdevice *D) {
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuDeviceGetAttribute(int *V, CUdevice_attribute A, CUdevice) {
+  if (A == CU_DEVICE_ATTRIBUTE_MPS_ENABLED) {
+    // FAKE_MPS=1: this context is an MPS client; unset: the attribute is
+    // unknown (an older driver), so the runtime looks for the daemon's pipe.
+    const char *Mps = std::getenv("FAKE_MPS");
+    if (!Mps)
+      return CUDA_ERROR_INVALID_VALUE;
+    *V = std::atoi(Mps);
+    return CUDA_SUCCESS;
+  }
   *V = A == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT       ? S().SMs
        : A == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR ? 9
                                                            : 0;
@@ -587,8 +596,10 @@ FAKE CUresult cuEventQuery(CUevent E) {
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuEventSynchronize(CUevent E) { return cuEventQuery(E); }
+/// Every timed launch took 0.5 ms, or FAKE_ELAPSED_US microseconds.
 FAKE CUresult cuEventElapsedTime_v2(float *Ms, CUevent, CUevent) {
-  *Ms = 0.5f;
+  const char *Us = std::getenv("FAKE_ELAPSED_US");
+  *Ms = Us ? float(std::atof(Us) / 1000.0) : 0.5f;
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuMemAlloc_v2(CUdeviceptr *P, size_t Bytes) {

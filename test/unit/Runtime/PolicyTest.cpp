@@ -269,6 +269,34 @@ TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {
   EXPECT_EQ(C.F, Form::Original);
 }
 
+// Under MPS a launch may start beside HP when it is an original measured
+// within the target (a quarter more included); kernels without variants
+// have that one candidate and are measured all the same.
+TEST(PolicyChoice, BesideOnlyForShortMeasuredOriginals) {
+  Policy P; // target 31.6 us
+  LaunchShape Plain = shape("plain", 1000, 0, 0);
+  ASSERT_EQ(Policy::candidates(Plain).size(), 1u);
+  Choice First = P.choose(Plain);
+  EXPECT_TRUE(First.Measuring);
+  EXPECT_FALSE(P.besideOk(Plain, First)) << "not measured yet";
+  Choice C = profile(P, Plain, [](const Choice &) -> uint64_t { return 25 * Us; });
+  EXPECT_EQ(C.F, Form::Original);
+  EXPECT_TRUE(P.besideOk(Plain, C)) << "25 us with a quarter more is 31.25 us";
+  ASSERT_EQ(P.decisions().size(), 1u);
+  EXPECT_TRUE(P.decisions()[0].OriginalOnly);
+  LaunchShape Longer = shape("longer", 1000, 0, 0);
+  Choice L = profile(P, Longer, [](const Choice &) -> uint64_t { return 26 * Us; });
+  EXPECT_FALSE(P.besideOk(Longer, L)) << "26 us with a quarter more is 32.5 us";
+  // A PTB choice is preempted when HP arrives: never beside.
+  LaunchShape Big = shape("big", 10000);
+  Choice B = profile(P, Big, [](const Choice &X) -> uint64_t {
+    return X.F == Form::Original ? 1000 * Us : 1010 * Us;
+  });
+  ASSERT_EQ(B.F, Form::Ptb);
+  EXPECT_FALSE(P.besideOk(Big, B));
+  EXPECT_FALSE(P.decisions().back().OriginalOnly);
+}
+
 TEST(PolicyChoice, NoneWithinTheTarget) {
   Policy P;
   // 40 blocks of 1 ms each, one wave: nothing gets under 31.6 us; the

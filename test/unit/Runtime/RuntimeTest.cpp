@@ -817,6 +817,68 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
 
 // An HP process killed in the middle of a request: its slot goes stale and
 // the BE process is not held by it.
+// Short kernels beside HP (its ctest entries set FAKE_MPS, FAKE_ELAPSED_US,
+// TALLY_BESIDE, and TEST_EXPECT_BESIDE: 1 when the short kernel must go
+// while HP is busy, 0 when it must be held like any other). Under MPS, a
+// kernel without variants measured at 10 us (within the 31.6 us target)
+// starts while HP works; a kernel whose forms are still being measured
+// waits for HP either way.
+TEST(ScheduleBe, ShortKernelsRunBesideHp) {
+  const char *Expect = std::getenv("TEST_EXPECT_BESIDE");
+  ASSERT_NE(Expect, nullptr) << "set TEST_EXPECT_BESIDE to 0 or 1";
+  const bool Beside = !std::strcmp(Expect, "1");
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module Plain("be_beside_plain", false, "", /*WithVariants=*/false);
+  Module V("be_beside_ptb");
+  {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS); // joins
+    fake_sync();
+  }
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now
+  beAlive(*Hp, 20);
+  // Two measurements of the original while HP is idle; the third launch
+  // reads the second one.
+  for (int I = 0; I < 3; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
+  std::vector<int> Out(40), OutV(40);
+  std::atomic<bool> Returned{false}, ReturnedV{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 300, &Returned);
+  EXPECT_EQ(Returned.load(), Beside)
+      << (Beside ? "a short kernel was held while HP worked"
+                 : "a kernel went while HP worked");
+  if (Returned.load()) {
+    // Not yet measured: the kernel with variants waits for HP.
+    std::thread TV([&] {
+      EXPECT_EQ(launchDirect(V.K, OutV, 40), CUDA_SUCCESS);
+      ReturnedV = true;
+    });
+    beAlive(*Hp, 150);
+    EXPECT_FALSE(ReturnedV.load()) << "a measuring launch went while HP worked";
+    Hp->hpFinished(Seq);
+    beAlive(*Hp, 2000, &ReturnedV);
+    TV.join();
+    fake_sync();
+    expectEachBlockOnce(OutV);
+  } else {
+    Hp->hpFinished(Seq);
+  }
+  beAlive(*Hp, 2000, &Returned);
+  T.join();
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
+
 TEST(ScheduleBe, ADeadHpProcessDoesNotHoldIt) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);

@@ -92,6 +92,25 @@ set_tests_properties(runtime-schedule-queue PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+# Short kernels beside HP under MPS (the fake answers the MPS attribute with
+# FAKE_MPS and times every measured launch at FAKE_ELAPSED_US), and three
+# cases where they must be held: beside turned off, no MPS, too long.
+foreach(_case "beside;1;10;1;1" "beside-off;1;10;0;0" "beside-no-mps;0;10;1;0"
+              "beside-long;1;500;1;0")
+  list(GET _case 0 _name)
+  list(GET _case 1 _mps)
+  list(GET _case 2 _us)
+  list(GET _case 3 _on)
+  list(GET _case 4 _expect)
+  add_test(NAME runtime-schedule-${_name}
+    COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortKernelsRunBesideHp)
+  set_tests_properties(runtime-schedule-${_name} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect}"
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+endforeach()
+set_tests_properties(runtime-schedule-beside PROPERTIES
+  PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): [1-9][0-9]* short launches started while HP was busy; kernels without variants measured at [1-9]")
+
 add_test(NAME runtime-schedule-blocking-call
   COMMAND RuntimeTests --gtest_filter=ScheduleBlocking.*)
 set_tests_properties(runtime-schedule-blocking-call PROPERTIES
