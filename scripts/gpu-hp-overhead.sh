@@ -5,7 +5,11 @@
 # --priority=high` with the scheduler off, on (launches announced, GPU-written
 # completions), with the completion written from a side stream
 # (TALLY_HP_COMPLETION=side), by a host function (=host), and with timed
-# statistics; three rounds, interleaved.
+# statistics; three rounds, interleaved. With HP_MODEL=resnet50 or bert the
+# service is benchmarks/torch/serve.py (eager PyTorch, closed loop, SECONDS
+# per run, default 5; PYTHON picks the interpreter), and a run with every
+# call passed through (TALLY_DISABLE=1: the cost of the preload alone) is
+# added. ROUNDS (default 3) sets the rounds.
 # Usage: scripts/gpu-hp-overhead.sh [DIR]   (DIR default .carry/runtime)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -15,18 +19,32 @@ T=$R/prefix/bin/tally
 # another file system cannot be mapped for the GPU).
 TALLY_SHM_DIR=$(mktemp -d -p /dev/shm)
 export TALLY_SHM_DIR
+HP_MODEL=${HP_MODEL:-}
+if [[ -n $HP_MODEL ]]; then
+  PY=${PYTHON:-}
+  [[ -n $PY ]] || for c in /opt/torch/.venv/bin/python python3; do
+    command -v "$c" >/dev/null && PY=$(command -v "$c") && break
+  done
+  SERVE=$R/torch/serve.py
+  [[ -f $SERVE ]] || SERVE=$PWD/benchmarks/torch/serve.py
+  HP=("$PY" "$SERVE" --model "$HP_MODEL" --mode capacity --seconds "${SECONDS_PER_RUN:-5}")
+else
+  HP=("$R/hp-serve" --rate 0 --duration 2 --block-us "${BLOCK_US:-20}")
+fi
 run() {
   local name=$1
   shift
-  "$@" "$R/hp-serve" --rate 0 --duration 2 --block-us "${BLOCK_US:-20}" 2>/dev/null |
+  "$@" "${HP[@]}" 2>/dev/null |
     awk -v n="$name" '/^hp: requests/ { printf "%-22s p50 %7s p99 %7s us", n, $7, $9 }
                       /^hp: capacity/ { printf "  capacity %s req/s\n", $3 }'
 }
-for _ in 1 2 3; do
+for ((round = 0; round < ${ROUNDS:-3}; ++round)); do
   run plain env
+  [[ -z $HP_MODEL ]] || run tally-disabled env TALLY_DISABLE=1 "$T" run --priority=high --
   run tally-no-schedule "$T" run --priority=high --no-schedule --
   run tally "$T" run --priority=high --
   run tally-side env TALLY_HP_COMPLETION=side "$T" run --priority=high --
   run tally-host env TALLY_HP_COMPLETION=host "$T" run --priority=high --
+  run tally-stats env TALLY_STATS_TIMING=0 "$T" run --priority=high --stats=/dev/null --
   run tally-stats-timed "$T" run --priority=high --stats=/dev/null --
 done
