@@ -9,7 +9,9 @@
 # service is benchmarks/torch/serve.py (eager PyTorch, closed loop, SECONDS
 # per run, default 5; PYTHON picks the interpreter), and a run with every
 # call passed through (TALLY_DISABLE=1: the cost of the preload alone) is
-# added. ROUNDS (default 3) sets the rounds.
+# added. ROUNDS (default 3) sets the rounds; VARIANTS (names separated by
+# spaces, default all) picks the runs: plain tally-disabled tally-no-schedule
+# tally tally-side tally-gpu tally-host tally-stats tally-stats-timed.
 # Usage: scripts/gpu-hp-overhead.sh [DIR]   (DIR default .carry/runtime)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -34,6 +36,7 @@ fi
 run() {
   local name=$1
   shift
+  [[ -z ${VARIANTS:-} || " $VARIANTS " == *" $name "* ]] || return 0
   "$@" "${HP[@]}" 2>/dev/null |
     awk -v n="$name" '/^hp: requests/ { printf "%-22s p50 %7s p99 %7s us", n, $7, $9 }
                       /^hp: capacity/ { printf "  capacity %s req/s\n", $3 }'
@@ -44,6 +47,7 @@ for ((round = 0; round < ${ROUNDS:-3}; ++round)); do
   run tally-no-schedule "$T" run --priority=high --no-schedule --
   run tally "$T" run --priority=high --
   run tally-side env TALLY_HP_COMPLETION=side "$T" run --priority=high --
+  run tally-gpu env TALLY_HP_COMPLETION=gpu "$T" run --priority=high --
   run tally-host env TALLY_HP_COMPLETION=host "$T" run --priority=high --
   run tally-stats env TALLY_STATS_TIMING=0 "$T" run --priority=high --stats=/dev/null --
   run tally-stats-timed "$T" run --priority=high --stats=/dev/null --
