@@ -59,6 +59,7 @@ cc -O1 -g -shared -fPIC scripts/debug/segv-backtrace.c -o $R/segv-backtrace.so
 # Which driver calls keep other threads out of the driver while they wait
 # (lib/Runtime/BlockingCalls.def rests on it).
 nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/driver-lock-probe.cu -o $R/driver-lock-probe -lcuda
+nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/driver-call-costs.cu -o $R/driver-call-costs -lcuda
 # Co-location (scripts/gpu-colocate.sh): the HP service, the BE spinner
 # plain and transformed, the one-process stream-priority baseline.
 for b in hp-serve colocate-streams; do
