@@ -183,8 +183,16 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       C.HpCompletion = CompletionPath::Side;
     else if (!std::strcmp(V, "host"))
       C.HpCompletion = CompletionPath::Host;
+    else if (!std::strcmp(V, "burst"))
+      C.HpCompletion = CompletionPath::Burst;
     else
-      return Fail("TALLY_HP_COMPLETION", V, "gpu, side or host");
+      return Fail("TALLY_HP_COMPLETION", V, "gpu, side, host or burst");
+  }
+  if (const char *V = GetEnv("TALLY_HP_BURST_US"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 1000000, N) || N == 0)
+      return Fail("TALLY_HP_BURST_US", V, "microseconds from 1 to 1000000");
+    C.HpBurstUs = N;
   }
   if (const char *V = GetEnv("TALLY_PROFILE_CACHE"); V && *V) {
     if (!std::strcmp(V, "0"))

@@ -79,6 +79,7 @@ enum Hook {
   HCtxDestroy,
   HPrimaryCtxRelease,
   HPrimaryCtxReset,
+  HStreamDestroy,
   HGetProcAddress,
   HGetProcAddressV2,
 #define TALLY_SYNC(N, B, V0, V1, P, A) H_##N, H_##N##_ptds,
@@ -99,6 +100,7 @@ const char *const ExportedName[NumHooks] = {
     "cuLinkDestroy",
     "cuCtxDestroy_v2",        "cuDevicePrimaryCtxRelease_v2",
     "cuDevicePrimaryCtxReset_v2",
+    "cuStreamDestroy_v2",
     "cuGetProcAddress",       "cuGetProcAddress_v2",
 #define TALLY_SYNC(N, B, V0, V1, P, A) #N, #N "_ptds",
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) #N, #N "_ptsz",
@@ -217,6 +219,8 @@ int hookForProc(const char *Symbol, int Version, cuuint64_t Flags) {
     return Version >= 11000 ? HPrimaryCtxRelease : -1;
   if (!std::strcmp(Symbol, "cuDevicePrimaryCtxReset"))
     return Version >= 11000 ? HPrimaryCtxReset : -1;
+  if (!std::strcmp(Symbol, "cuStreamDestroy"))
+    return Version >= 4000 ? HStreamDestroy : -1;
   if (!std::strcmp(Symbol, "cuGetProcAddress"))
     return Version >= 12000 ? HGetProcAddressV2 : HGetProcAddress;
   for (const BlockingProc &B : BlockingProcs)
@@ -635,6 +639,19 @@ __attribute__((visibility("default"))) CUresult cuCtxDestroy_v2(CUcontext Ctx) {
   return R(Ctx);
 }
 
+// A stream going away: an HP completion the runtime has yet to write for
+// launches on it is written first (its runtime thread records on the
+// stream; never on a destroyed one).
+__attribute__((visibility("default"))) CUresult cuStreamDestroy_v2(CUstream St) {
+  using Fn = CUresult (*)(CUstream);
+  auto R = real<Fn>(HStreamDestroy);
+  if (!R)
+    return CUDA_ERROR_NOT_INITIALIZED;
+  if (Runtime *RT = Runtime::get())
+    RT->streamGoing(St);
+  return R(St);
+}
+
 __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxRelease_v2(CUdevice Dev) {
   return primaryCtxDown<HPrimaryCtxRelease>(Dev);
 }
@@ -691,6 +708,7 @@ void *const Ours[NumHooks] = {
     reinterpret_cast<void *>(&cuCtxDestroy_v2),
     reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease_v2),
     reinterpret_cast<void *>(&cuDevicePrimaryCtxReset_v2),
+    reinterpret_cast<void *>(&cuStreamDestroy_v2),
     reinterpret_cast<void *>(&cuGetProcAddress),
     reinterpret_cast<void *>(&cuGetProcAddress_v2),
 #define TALLY_SYNC(N, B, V0, V1, P, A)                                                      \

@@ -410,13 +410,29 @@ KernelEntry *Runtime::Impl::lookup(CUfunction F) {
 
 void Runtime::forgetModule(CUmodule M) { I->forget(M); }
 
+void Runtime::streamGoing(CUstream S) {
+  std::lock_guard<std::recursive_mutex> G(I->Co.HpIssueMu);
+  if (I->Co.HpPending.Seq && I->Co.HpPending.S == S)
+    I->flushPendingLocked();
+}
+
 void Runtime::contextGoing(CUcontext Ctx) {
+  {
+    std::lock_guard<std::recursive_mutex> G(I->Co.HpIssueMu);
+    if (I->Co.HpPending.Seq && I->Co.HpPending.C->Ctx == Ctx)
+      I->flushPendingLocked();
+  }
   I->drainContext(Ctx);
   std::lock_guard<std::mutex> G(I->Mu);
   I->dropContextLocked(Ctx);
 }
 
 void Runtime::primaryGoing(CUdevice Dev) {
+  {
+    std::lock_guard<std::recursive_mutex> G(I->Co.HpIssueMu);
+    if (I->Co.HpPending.Seq)
+      I->flushPendingLocked();
+  }
   std::vector<CUcontext> Primaries;
   {
     std::lock_guard<std::mutex> G(I->Mu);

@@ -196,6 +196,17 @@ struct Coordination {
   /// comes back into the runtime on the same thread).
   std::recursive_mutex HpIssueMu;
   bool GpuWrites = false;
+  /// HP, TALLY_HP_COMPLETION=burst (all under HpIssueMu): the latest
+  /// launch without a completion write of its own (Seq 0: none), its
+  /// stream and context; when the last write was issued; the runtime
+  /// thread that writes a burst's last completion.
+  struct PendingCompletion {
+    uint64_t Seq = 0;
+    CUstream S = nullptr;
+    ContextState *C = nullptr;
+  } HpPending;
+  uint64_t HpLastWriteNs = 0;
+  std::thread BurstFlusher;
   std::thread Heart;
   std::mutex HeartMu;
   std::condition_variable HeartCv;
@@ -213,6 +224,8 @@ struct Coordination {
   std::vector<double> TurnaroundUs; ///< written by that thread only
   uint64_t TurnaroundLost = 0;      ///< launches whose time fell out of the ring
   std::atomic<uint64_t> FreeCheckedNs{0};
+  /// HP: completion writes issued (side, gpu and burst paths).
+  std::atomic<uint64_t> HpWrites{0};
   std::atomic<uint64_t> HpLaunches{0}, HpHostCompletions{0}, FullSpeed{0}, Holds{0}, HeldNs{0},
       Preemptions{0}, Measured{0}, Discarded{0};
   /// BE launches that could not be stopped when HP arrived (originals,
@@ -390,6 +403,14 @@ struct Runtime::Impl {
   /// Queue budget: remembers a launch just made on \p S.
   void queueBe(ContextState &C, CUstream S, uint64_t WaitNs);
   void finishMeasurement();
+  /// HP: the GPU writes \p Seq into the segment once the work queued on
+  /// \p S so far has ended (an event on S, the signal stream waits for it
+  /// and writes). False when a driver call failed (nothing written).
+  bool sideWrite(ContextState &C, CUstream S, uint64_t Seq);
+  /// HP, burst: writes the pending completion, if any (HpIssueMu held).
+  void flushPendingLocked();
+  /// HP, burst: the runtime thread writing each burst's last completion.
+  void burstFlushLoop();
   void scheduled(PtbLaunch &L);
 
   // ModuleLoad.cpp

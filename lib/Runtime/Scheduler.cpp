@@ -161,6 +161,8 @@ void Runtime::Impl::coordinate(ContextState &C) {
                            "waits for the BE context's time slice (hundreds of microseconds); "
                            "'tally mps start' runs MPS");
     Co.Heart = std::thread([this] { heartbeatLoop(); });
+    if (Cfg.Prio == Priority::High && Co.GpuWrites && Cfg.HpCompletion == CompletionPath::Burst)
+      Co.BurstFlusher = std::thread([this] { burstFlushLoop(); });
     if (Cfg.Stats && Cfg.Prio == Priority::High) {
       Co.LaunchNs.reset(new std::atomic<uint64_t>[Coordination::RingSize]());
       Co.Turnaround = std::thread([this] { turnaroundLoop(); });
@@ -243,6 +245,16 @@ void Runtime::Impl::stopCoordination() {
   Co.HeartCv.notify_all();
   if (Co.Heart.joinable())
     Co.Heart.join();
+  if (Co.BurstFlusher.joinable())
+    Co.BurstFlusher.join();
+  {
+    // Launches still without a completion: the slot is left below, and
+    // nobody waits for them any more.
+    std::lock_guard<std::recursive_mutex> Issue(Co.HpIssueMu);
+    if (Co.HpPending.Seq)
+      Co.Seg->hpFinished(Co.HpPending.Seq);
+    Co.HpPending = {};
+  }
   if (Co.Turnaround.joinable())
     Co.Turnaround.join();
   {
@@ -340,24 +352,38 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   if (!Seq)
     return R; // no slot right now (reclaimed while stalled): not announced
   Co.HpLaunches.fetch_add(1, std::memory_order_relaxed);
-  if (R == CUDA_SUCCESS && Co.GpuWrites && Cfg.HpCompletion == CompletionPath::Side && C &&
+  if (R == CUDA_SUCCESS && Co.GpuWrites && Cfg.HpCompletion == CompletionPath::Burst && C &&
       C->Signal) {
-    // The write on a side stream behind an event: the application's stream
-    // does not wait for it.
-    CUevent E = acquireEvent(*C, false);
-    if (E && D.cuEventRecord(E, S) == CUDA_SUCCESS &&
-        D.cuStreamWaitEvent(C->Signal, E, 0) == CUDA_SUCCESS &&
-        D.cuStreamWriteValue64(C->Signal, Co.FinishedDev, Seq, CU_STREAM_WRITE_VALUE_DEFAULT) ==
-            CUDA_SUCCESS) {
-      std::lock_guard<std::mutex> G(C->Mu);
-      C->FreeEvents.push_back(E); // a recorded event may be recorded again
+    // One write covers every earlier launch on its stream: a launch soon
+    // after the last write gets none of its own (the next one, or the
+    // runtime thread at the burst's end, writes a later number). Launches
+    // on another stream or context end the pending one first; launches on
+    // the per-thread default stream are always written (the runtime
+    // thread's own per-thread stream is another stream).
+    if (Co.HpPending.Seq && (Co.HpPending.S != S || Co.HpPending.C != C))
+      flushPendingLocked();
+    if (S != CU_STREAM_PER_THREAD && Co.HpLastWriteNs &&
+        LaunchedAt - Co.HpLastWriteNs < Cfg.HpBurstUs * 1000) {
+      Co.HpPending = {Seq, S, C};
+      return R;
+    }
+    Co.HpPending = {};
+    if (sideWrite(*C, S, Seq)) {
+      Co.HpLastWriteNs = LaunchedAt;
       return R;
     }
   }
+  // The write on a side stream behind an event: the application's stream
+  // does not wait for it.
+  if (R == CUDA_SUCCESS && Co.GpuWrites && Cfg.HpCompletion == CompletionPath::Side && C &&
+      C->Signal && sideWrite(*C, S, Seq))
+    return R;
   if (R == CUDA_SUCCESS && Co.GpuWrites && Cfg.HpCompletion != CompletionPath::Host &&
       D.cuStreamWriteValue64(S, Co.FinishedDev, Seq, CU_STREAM_WRITE_VALUE_DEFAULT) ==
-          CUDA_SUCCESS)
+          CUDA_SUCCESS) {
+    Co.HpWrites.fetch_add(1, std::memory_order_relaxed);
     return R;
+  }
   if (R == CUDA_SUCCESS && D.cuLaunchHostFunc) {
     auto *H = new HostCompletion{Co.Seg.get(), Seq};
     if (D.cuLaunchHostFunc(S, hostCompleted, H) == CUDA_SUCCESS) {
@@ -369,6 +395,64 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   // Cannot tell when it ends: count it done now (the arrival still shows).
   Co.Seg->hpFinished(Seq);
   return R;
+}
+
+bool Runtime::Impl::sideWrite(ContextState &C, CUstream S, uint64_t Seq) {
+  CUevent E = acquireEvent(C, false);
+  if (!E)
+    return false;
+  bool Ok = D.cuEventRecord(E, S) == CUDA_SUCCESS &&
+            D.cuStreamWaitEvent(C.Signal, E, 0) == CUDA_SUCCESS &&
+            D.cuStreamWriteValue64(C.Signal, Co.FinishedDev, Seq, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+                CUDA_SUCCESS;
+  std::lock_guard<std::mutex> G(C.Mu);
+  C.FreeEvents.push_back(E); // a recorded event may be recorded again
+  if (Ok)
+    Co.HpWrites.fetch_add(1, std::memory_order_relaxed);
+  return Ok;
+}
+
+void Runtime::Impl::flushPendingLocked() {
+  Coordination::PendingCompletion P = Co.HpPending;
+  Co.HpPending = {};
+  if (!P.Seq)
+    return;
+  ContextState &C = *P.C;
+  bool Written = false;
+  if (!C.Dead.load(std::memory_order_acquire)) {
+    // The legacy stream's handle means the current context's: record with
+    // the launch's context current, and give the thread its own back.
+    CUcontext Cur = nullptr;
+    bool Switch = D.cuCtxGetCurrent(&Cur) == CUDA_SUCCESS && Cur != C.Ctx;
+    if (!Switch || D.cuCtxSetCurrent(C.Ctx) == CUDA_SUCCESS) {
+      Written = sideWrite(C, P.S, P.Seq);
+      if (Switch)
+        D.cuCtxSetCurrent(Cur);
+    }
+  }
+  if (Written)
+    return;
+  // Its context is gone, or a call failed: count it done now (an arrival
+  // still showed; BE must not wait for a completion that never comes).
+  Co.Seg->hpFinished(P.Seq);
+}
+
+void Runtime::Impl::burstFlushLoop() {
+  const uint64_t Burst = Cfg.HpBurstUs * 1000;
+  const auto Nap = std::chrono::microseconds(std::max<uint64_t>(Cfg.HpBurstUs / 2, 20));
+  std::unique_lock<std::mutex> G(Co.HeartMu);
+  while (!Co.HeartStop) {
+    Co.HeartCv.wait_for(G, Nap);
+    if (Co.HeartStop)
+      break;
+    G.unlock();
+    {
+      std::lock_guard<std::recursive_mutex> Issue(Co.HpIssueMu);
+      if (Co.HpPending.Seq && monotonicNs() - Co.HpLastWriteNs >= Burst)
+        flushPendingLocked();
+    }
+    G.lock();
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -187,9 +187,13 @@ void Runtime::Impl::writeStats() {
   };
   if (Co.Usable) {
     if (Cfg.Prio == Priority::High) {
-      std::fprintf(E, "tally: scheduling: %llu launches announced to best-effort processes (%s)\n",
+      std::fprintf(E,
+                   "tally: scheduling: %llu launches announced to best-effort processes (%s; "
+                   "%llu completion writes%s)\n",
                    (unsigned long long)Co.HpLaunches.load(),
-                   Co.GpuWrites ? "completions written by the GPU" : "completions from the host");
+                   Co.GpuWrites ? "completions written by the GPU" : "completions from the host",
+                   (unsigned long long)Co.HpWrites.load(),
+                   Cfg.HpCompletion == CompletionPath::Burst ? ", one per burst" : "");
       if (!Turn.empty())
         std::fprintf(E,
                      "tally: HP turnaround (launch call to completion seen) over %zu launches: "
@@ -259,7 +263,7 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Px.Rejected, (unsigned long long)Px.SecondInLink);
   std::fprintf(J,
                "\n  \"scheduler\": {\"enabled\": %s, \"mps\": %s, \"hp_launches\": %llu, "
-               "\"hp_host_completions\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "
+               "\"hp_host_completions\": %llu, \"hp_completion_writes\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"queue_us\": %llu, \"queued_launches\": %llu, "
@@ -276,6 +280,7 @@ void Runtime::Impl::writeStats() {
                Co.Usable ? "true" : "false", Co.Mps ? "true" : "false",
                (unsigned long long)Co.HpLaunches.load(),
                (unsigned long long)Co.HpHostCompletions.load(),
+               (unsigned long long)Co.HpWrites.load(),
                (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
                Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),

@@ -35,7 +35,12 @@
 //   TALLY_HP_COMPLETION  side (default): the GPU writes each HP launch's
 //                    end into the segment from a side stream behind an
 //                    event; gpu: from the launch's own stream; host: a host
-//                    function (for measurements)
+//                    function (for measurements); burst (experimental): as
+//                    side, but at most one write per TALLY_HP_BURST_US of
+//                    launches on one stream, the last of a burst written by
+//                    a runtime thread
+//   TALLY_HP_BURST_US  burst: the shortest time between two completion
+//                    writes (default 100)
 //   TALLY_PROFILE_CACHE  0: do not read or write the profile cache (default 1)
 //   TALLY_CACHE_DIR  the profile cache's folder (default
 //                    $XDG_CACHE_HOME/tally or ~/.cache/tally)
@@ -63,7 +68,7 @@ namespace tally::rt {
 enum class Priority { High, BestEffort };
 enum class Form { Original, Slice, Ptb };
 /// How an HP process reports the end of each launch to the others.
-enum class CompletionPath { Gpu, Side, Host };
+enum class CompletionPath { Gpu, Side, Host, Burst };
 enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
 enum class RuntimePtxMode { Auto, On, Off };
 
@@ -100,6 +105,10 @@ struct Config {
   bool Schedule = true;
   bool ProfileCache = true;
   CompletionPath HpCompletion = CompletionPath::Side;
+  /// HpCompletion Burst: launches within this long of the last completion
+  /// write get none of their own (a later write, or the runtime thread's
+  /// at the end of the burst, covers them).
+  uint64_t HpBurstUs = 100;
   RuntimePtxMode RuntimePtx = RuntimePtxMode::Auto;
   std::string TallyOpt; ///< "" = beside libtally.so
   unsigned PtxTimeoutSeconds = 120;

@@ -92,6 +92,9 @@ public:
   /// primary context that is gone is dropped.
   void primaryGoing(CUdevice Dev);
   void primaryGone(CUdevice Dev);
+  /// Before cuStreamDestroy of \p S: an HP completion still to be written
+  /// for launches on it is written now.
+  void streamGoing(CUstream S);
 
   /// Around a call of BlockingCalls.def made by a program thread: such a
   /// call may wait for GPU work holding the driver's lock, so no preemption

@@ -528,6 +528,14 @@ FAKE CUresult cuStreamCreateWithPriority(CUstream *St, unsigned Flags, int Prio)
       " priority=" + std::to_string(Prio));
   return CUDA_SUCCESS;
 }
+/// Later uses of the stream are logged as DEAD (a test's failure).
+FAKE CUresult cuStreamDestroy_v2(CUstream St) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  finishPending(St, false);
+  log("streamdestroy " + streamName(St));
+  S().Dead.insert(reinterpret_cast<uintptr_t>(St));
+  return CUDA_SUCCESS;
+}
 FAKE CUresult cuStreamSynchronize(CUstream St) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   finishPending(St, false);
@@ -569,6 +577,9 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
   checkLive(E, "event in record");
   checkLive(St, "stream in record");
   S().Events[E] = {St, S().Pending.size()};
+  static const bool LogRecords = std::getenv("FAKE_LOG_RECORDS") != nullptr;
+  if (LogRecords) // tests that check consecutive log lines do without
+    log("record stream=" + streamName(St));
   return CUDA_SUCCESS;
 }
 static int holdEvents();

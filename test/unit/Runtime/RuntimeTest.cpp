@@ -925,6 +925,101 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
 // "GPU" writes go up one by one, in launch order, and end at the last
 // launch, so a BE process never sees HP idle while an earlier launch runs
 // (a word written out of order), nor active after everything ended.
+// TALLY_HP_COMPLETION=burst (its ctest entry; bursts of 300 ms so that a
+// slow machine still makes its launches inside one): a launch soon after
+// the last completion write gets none; the runtime thread writes the last
+// launch's number once the burst is over; the writes only grow.
+namespace {
+std::vector<uint64_t> completionWrites() {
+  std::regex Write("^writevalue64 stream=s[0-9]+ value=([0-9]+)$");
+  std::vector<uint64_t> Values;
+  for (const std::string &L : logLines()) {
+    std::smatch Mt;
+    if (std::regex_match(L, Mt, Write))
+      Values.push_back(std::stoull(Mt[1].str()));
+  }
+  return Values;
+}
+bool waitIdle(tally::rt::Segment &Other) {
+  for (int I = 0; I < 300; ++I) {
+    if (!Other.hpView(tally::rt::monotonicNs()).Active)
+      return true;
+    beAlive(Other, 10);
+  }
+  return false;
+}
+} // namespace
+
+TEST(ScheduleHpBurst, OneWritePerBurstAndTheLastByTheRuntime) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_burst");
+  fake_log_clear();
+  CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x310));
+  std::vector<int> Out(4);
+  for (int I = 0; I < 10; ++I)
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+  // The burst's first launch is written, the others wait for the burst to
+  // end (300 ms).
+  EXPECT_EQ(completionWrites(), std::vector<uint64_t>{1});
+  EXPECT_TRUE(Other->hpView(tally::rt::monotonicNs()).Active);
+  ASSERT_TRUE(waitIdle(*Other)) << "the burst's last completion was never written";
+  EXPECT_EQ(completionWrites(), (std::vector<uint64_t>{1, 10}));
+  // A launch on another stream ends the pending burst first (its write is
+  // recorded on the first stream, before the launch on the second).
+  CUstream S2 = reinterpret_cast<CUstream>(uintptr_t(0x311));
+  fake_log_clear();
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS); // 11 written, 12-13 pending
+  ASSERT_EQ(launchDirect(M.K, Out, 4, S2), CUDA_SUCCESS);  // 13 written on S; 14 pending
+  EXPECT_EQ(completionWrites(), (std::vector<uint64_t>{11, 13}));
+  std::vector<std::string> L = logLines();
+  auto OnS2 = std::find_if(L.begin(), L.end(), [](const std::string &X) {
+    return X.rfind("launch hp_burst grid=4x1x1 block=32 stream=s785", 0) == 0;
+  });
+  ASSERT_NE(OnS2, L.end());
+  EXPECT_NE(std::find(L.begin(), OnS2, "record stream=s784"), OnS2)
+      << "the pending write was not recorded on the first stream before the second's launch";
+  ASSERT_TRUE(waitIdle(*Other));
+  EXPECT_EQ(completionWrites(), (std::vector<uint64_t>{11, 13, 14}));
+}
+
+// A stream destroyed while launches on it await their completion write:
+// the write is recorded before the stream goes (a record after it would
+// show as DEAD in the fake's log and fail the ctest).
+TEST(ScheduleHpBurst, ADestroyedStreamIsWrittenFirst) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_burst_destroy");
+  CUstream S = nullptr;
+  ASSERT_EQ(cuStreamCreateWithPriority(&S, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+  std::vector<int> Out(4);
+  ASSERT_TRUE(waitIdle(*Other));
+  beAlive(*Other, 400); // a new burst
+  fake_log_clear();
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+  uint64_t Last = Other->hpView(tally::rt::monotonicNs()).Arrivals;
+  ASSERT_EQ(cuStreamDestroy_v2(S), CUDA_SUCCESS);
+  std::vector<std::string> L = logLines();
+  auto Destroy = std::find_if(L.begin(), L.end(), [](const std::string &X) {
+    return X.rfind("streamdestroy", 0) == 0;
+  });
+  ASSERT_NE(Destroy, L.end());
+  std::vector<uint64_t> Before;
+  std::regex Write("^writevalue64 stream=s[0-9]+ value=([0-9]+)$");
+  for (auto It = L.begin(); It != Destroy; ++It) {
+    std::smatch Mt;
+    if (std::regex_match(*It, Mt, Write))
+      Before.push_back(std::stoull(Mt[1].str()));
+  }
+  EXPECT_EQ(Before, (std::vector<uint64_t>{Last - 2, Last}))
+      << "the burst's first and, before the destroy, its last";
+  ASSERT_TRUE(waitIdle(*Other));
+  for (auto It = Destroy; It != L.end(); ++It)
+    EXPECT_EQ(It->find("DEAD"), std::string::npos) << *It;
+}
+
 TEST(ScheduleHp, CompletionsInLaunchOrderAcrossThreadsAndStreams) {
   auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
   ASSERT_TRUE(Other);

@@ -131,6 +131,11 @@ set_tests_properties(runtime-schedule-hp-threads PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp3;TALLY_PRIORITY=high;TALLY_STATS=1"
   PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 600 launches"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-hp-burst COMMAND RuntimeTests --gtest_filter=ScheduleHpBurst.*)
+set_tests_properties(runtime-schedule-hp-burst PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-burst;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=burst;TALLY_HP_BURST_US=300000;TALLY_STATS=1;FAKE_LOG_RECORDS=1"
+  PASS_REGULAR_EXPRESSION "completion writes, one per burst"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-own-stream COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
 set_tests_properties(runtime-schedule-hp-own-stream PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp2;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=gpu"
