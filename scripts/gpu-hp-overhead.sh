@@ -11,7 +11,8 @@
 # call passed through (TALLY_DISABLE=1: the cost of the preload alone) is
 # added. ROUNDS (default 3) sets the rounds; VARIANTS (names separated by
 # spaces, default all) picks the runs: plain tally-disabled tally-no-schedule
-# tally tally-side tally-gpu tally-host tally-stats tally-stats-timed.
+# tally tally-side tally-gpu tally-burst tally-host tally-stats
+# tally-stats-timed.
 # Usage: scripts/gpu-hp-overhead.sh [DIR]   (DIR default .carry/runtime)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -48,6 +49,7 @@ for ((round = 0; round < ${ROUNDS:-3}; ++round)); do
   run tally "$T" run --priority=high --
   run tally-side env TALLY_HP_COMPLETION=side "$T" run --priority=high --
   run tally-gpu env TALLY_HP_COMPLETION=gpu "$T" run --priority=high --
+  run tally-burst env TALLY_HP_COMPLETION=burst "$T" run --priority=high --
   run tally-host env TALLY_HP_COMPLETION=host "$T" run --priority=high --
   run tally-stats env TALLY_STATS_TIMING=0 "$T" run --priority=high --stats=/dev/null --
   run tally-stats-timed "$T" run --priority=high --stats=/dev/null --
