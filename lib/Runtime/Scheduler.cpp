@@ -422,10 +422,16 @@ void Runtime::Impl::flushPendingLocked() {
   if (!C.Dead.load(std::memory_order_acquire)) {
     // The legacy stream's handle means the current context's: record with
     // the launch's context current, and give the thread its own back.
+    // A stream the program started capturing since must not get the
+    // record (it would join the capture): those launches count done.
+    RelaxedCaptureGuard Relax(D);
     CUcontext Cur = nullptr;
     bool Switch = D.cuCtxGetCurrent(&Cur) == CUDA_SUCCESS && Cur != C.Ctx;
     if (!Switch || D.cuCtxSetCurrent(C.Ctx) == CUDA_SUCCESS) {
-      Written = sideWrite(C, P.S, P.Seq);
+      CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;
+      if (D.cuStreamIsCapturing && D.cuStreamIsCapturing(P.S, &St) == CUDA_SUCCESS &&
+          St == CU_STREAM_CAPTURE_STATUS_NONE)
+        Written = sideWrite(C, P.S, P.Seq);
       if (Switch)
         D.cuCtxSetCurrent(Cur);
     }

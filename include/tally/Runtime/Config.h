@@ -32,13 +32,13 @@
 //                    originals at full speed (default 100)
 //   TALLY_SHM_DIR    where the per-GPU segment lives (default /dev/shm)
 //   TALLY_SCHEDULE   0: no cross-process scheduling (default 1)
-//   TALLY_HP_COMPLETION  side (default): the GPU writes each HP launch's
-//                    end into the segment from a side stream behind an
-//                    event; gpu: from the launch's own stream; host: a host
-//                    function (for measurements); burst (experimental): as
-//                    side, but at most one write per TALLY_HP_BURST_US of
-//                    launches on one stream, the last of a burst written by
-//                    a runtime thread
+//   TALLY_HP_COMPLETION  burst (default): the GPU writes HP launches' ends
+//                    into the segment from a side stream behind an event,
+//                    at most one write per TALLY_HP_BURST_US of launches on
+//                    one stream, the last of a burst written by a runtime
+//                    thread; side: every launch's end that way; gpu: from
+//                    the launch's own stream; host: a host function (for
+//                    measurements)
 //   TALLY_HP_BURST_US  burst: the shortest time between two completion
 //                    writes (default 100)
 //   TALLY_PROFILE_CACHE  0: do not read or write the profile cache (default 1)
@@ -104,7 +104,7 @@ struct Config {
   std::string ShmDir = "/dev/shm";
   bool Schedule = true;
   bool ProfileCache = true;
-  CompletionPath HpCompletion = CompletionPath::Side;
+  CompletionPath HpCompletion = CompletionPath::Burst;
   /// HpCompletion Burst: launches within this long of the last completion
   /// write get none of their own (a later write, or the runtime thread's
   /// at the end of the burst, covers them).

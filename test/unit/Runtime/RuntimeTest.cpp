@@ -1020,6 +1020,27 @@ TEST(ScheduleHpBurst, ADestroyedStreamIsWrittenFirst) {
     EXPECT_EQ(It->find("DEAD"), std::string::npos) << *It;
 }
 
+// The program starts capturing a stream whose launches await their write:
+// the runtime thread records nothing on it (the record would join the
+// capture); those launches count done instead.
+TEST(ScheduleHpBurst, ACapturedStreamGetsNoRecord) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_burst_capture");
+  CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x320));
+  std::vector<int> Out(4);
+  ASSERT_TRUE(waitIdle(*Other));
+  beAlive(*Other, 400); // a new burst
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+  fake_log_clear();
+  fake_set_capturing(S, 1);
+  ASSERT_TRUE(waitIdle(*Other)) << "launches before the capture never counted done";
+  fake_set_capturing(S, 0);
+  EXPECT_FALSE(hasLine("record stream=s800")) << "recorded on a capturing stream";
+  EXPECT_TRUE(completionWrites().empty());
+}
+
 TEST(ScheduleHp, CompletionsInLaunchOrderAcrossThreadsAndStreams) {
   auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
   ASSERT_TRUE(Other);
