@@ -640,8 +640,7 @@ __attribute__((visibility("default"))) CUresult cuCtxDestroy_v2(CUcontext Ctx) {
 }
 
 // A stream going away: an HP completion the runtime has yet to write for
-// launches on it is written first (its runtime thread records on the
-// stream; never on a destroyed one).
+// launches on it is written now, not a burst later.
 __attribute__((visibility("default"))) CUresult cuStreamDestroy_v2(CUstream St) {
   using Fn = CUresult (*)(CUstream);
   auto R = real<Fn>(HStreamDestroy);

@@ -198,15 +198,21 @@ struct Coordination {
   bool GpuWrites = false;
   /// HP, TALLY_HP_COMPLETION=burst (all under HpIssueMu): the latest
   /// launch without a completion write of its own (Seq 0: none), its
-  /// stream and context; when the last write was issued; the runtime
-  /// thread that writes a burst's last completion.
+  /// stream and context, and the event every launch of the burst recorded
+  /// on that stream; when the last write was issued; the runtime thread
+  /// that writes a burst's last completion.
   struct PendingCompletion {
     uint64_t Seq = 0;
     CUstream S = nullptr;
     ContextState *C = nullptr;
+    CUevent E = nullptr;
   } HpPending;
   uint64_t HpLastWriteNs = 0;
   std::thread BurstFlusher;
+  /// A burst has a pending completion: the runtime thread naps for half a
+  /// burst instead of sleeping (set under HpIssueMu; HpFlushCv wakes it).
+  std::atomic<bool> HpFlushWanted{false};
+  std::condition_variable HpFlushCv;
   std::thread Heart;
   std::mutex HeartMu;
   std::condition_variable HeartCv;

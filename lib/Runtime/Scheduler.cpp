@@ -243,6 +243,7 @@ void Runtime::Impl::stopCoordination() {
     Co.HeartStop = true;
   }
   Co.HeartCv.notify_all();
+  Co.HpFlushCv.notify_all();
   if (Co.Heart.joinable())
     Co.Heart.join();
   if (Co.BurstFlusher.joinable())
@@ -352,22 +353,53 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   if (!Seq)
     return R; // no slot right now (reclaimed while stalled): not announced
   Co.HpLaunches.fetch_add(1, std::memory_order_relaxed);
-  if (R == CUDA_SUCCESS && Co.GpuWrites && Cfg.HpCompletion == CompletionPath::Burst && C &&
-      C->Signal) {
-    // One write covers every earlier launch on its stream: a launch soon
-    // after the last write gets none of its own (the next one, or the
-    // runtime thread at the burst's end, writes a later number). Launches
-    // on another stream or context end the pending one first; launches on
-    // the per-thread default stream are always written (the runtime
-    // thread's own per-thread stream is another stream).
-    if (Co.HpPending.Seq && (Co.HpPending.S != S || Co.HpPending.C != C))
-      flushPendingLocked();
-    if (S != CU_STREAM_PER_THREAD && Co.HpLastWriteNs &&
-        LaunchedAt - Co.HpLastWriteNs < Cfg.HpBurstUs * 1000) {
-      Co.HpPending = {Seq, S, C};
+  const bool Ordered = Co.GpuWrites && C && C->Signal &&
+                       (Cfg.HpCompletion == CompletionPath::Side ||
+                        Cfg.HpCompletion == CompletionPath::Burst);
+  if (R != CUDA_SUCCESS) {
+    // Nothing was queued: this number ends once everything before it has.
+    // Written behind the earlier writes (a host store could be overtaken
+    // by one of them and the word would go down).
+    if (Co.HpPending.Seq) {
+      Co.HpPending.Seq = Seq; // the pending write covers it
       return R;
     }
-    Co.HpPending = {};
+    if (Ordered &&
+        D.cuStreamWriteValue64(C->Signal, Co.FinishedDev, Seq, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+            CUDA_SUCCESS)
+      return R;
+    Co.Seg->hpFinished(Seq);
+    return R;
+  }
+  if (Ordered && Cfg.HpCompletion == CompletionPath::Burst) {
+    // One write covers every earlier launch on its stream: a launch soon
+    // after the last write gets only an event (re-recorded by each launch
+    // of the burst); the next write, or the runtime thread at the burst's
+    // end, waits for it on the internal stream and writes its number. The
+    // runtime thread never touches the program's streams. Launches on
+    // another stream or context write the pending one first.
+    if (Co.HpPending.Seq && (Co.HpPending.S != S || Co.HpPending.C != C))
+      flushPendingLocked();
+    if (Co.HpLastWriteNs && LaunchedAt - Co.HpLastWriteNs < Cfg.HpBurstUs * 1000) {
+      CUevent E = Co.HpPending.Seq ? Co.HpPending.E : acquireEvent(*C, false);
+      if (E && D.cuEventRecord(E, S) == CUDA_SUCCESS) {
+        Co.HpPending = {Seq, S, C, E};
+        if (!Co.HpFlushWanted.exchange(true, std::memory_order_acq_rel))
+          Co.HpFlushCv.notify_one();
+        return R;
+      }
+      if (E && !Co.HpPending.Seq) {
+        std::lock_guard<std::mutex> G(C->Mu);
+        C->FreeEvents.push_back(E);
+      }
+      flushPendingLocked(); // its event still holds the launches before
+    }
+    if (Co.HpPending.Seq) {
+      // This launch's write covers the pending ones (same stream).
+      std::lock_guard<std::mutex> G(C->Mu);
+      C->FreeEvents.push_back(Co.HpPending.E);
+      Co.HpPending = {};
+    }
     if (sideWrite(*C, S, Seq)) {
       Co.HpLastWriteNs = LaunchedAt;
       return R;
@@ -418,28 +450,32 @@ void Runtime::Impl::flushPendingLocked() {
   if (!P.Seq)
     return;
   ContextState &C = *P.C;
-  bool Written = false;
-  if (!C.Dead.load(std::memory_order_acquire)) {
-    // The legacy stream's handle means the current context's: record with
-    // the launch's context current, and give the thread its own back.
-    // A stream the program started capturing since must not get the
-    // record (it would join the capture): those launches count done.
-    RelaxedCaptureGuard Relax(D);
-    CUcontext Cur = nullptr;
-    bool Switch = D.cuCtxGetCurrent(&Cur) == CUDA_SUCCESS && Cur != C.Ctx;
-    if (!Switch || D.cuCtxSetCurrent(C.Ctx) == CUDA_SUCCESS) {
-      CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;
-      if (D.cuStreamIsCapturing && D.cuStreamIsCapturing(P.S, &St) == CUDA_SUCCESS &&
-          St == CU_STREAM_CAPTURE_STATUS_NONE)
-        Written = sideWrite(C, P.S, P.Seq);
-      if (Switch)
-        D.cuCtxSetCurrent(Cur);
-    }
-  }
-  if (Written)
+  if (C.Dead.load(std::memory_order_acquire)) {
+    // Its context is gone, and with it every write still queued there.
+    Co.Seg->hpFinished(P.Seq);
     return;
-  // Its context is gone, or a call failed: count it done now (an arrival
-  // still showed; BE must not wait for a completion that never comes).
+  }
+  // Only the internal stream is touched (the event was recorded by the
+  // launches themselves): in the launch's context.
+  CUcontext Cur = nullptr;
+  bool Switch = D.cuCtxGetCurrent(&Cur) == CUDA_SUCCESS && Cur != C.Ctx;
+  bool Written = false;
+  if (!Switch || D.cuCtxSetCurrent(C.Ctx) == CUDA_SUCCESS) {
+    Written = D.cuStreamWaitEvent(C.Signal, P.E, 0) == CUDA_SUCCESS &&
+              D.cuStreamWriteValue64(C.Signal, Co.FinishedDev, P.Seq,
+                                     CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS;
+    if (Switch)
+      D.cuCtxSetCurrent(Cur);
+  }
+  {
+    std::lock_guard<std::mutex> G(C.Mu);
+    C.FreeEvents.push_back(P.E); // a recorded event may be recorded again
+  }
+  if (Written) {
+    Co.HpWrites.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // A driver call failed: count them done now rather than never.
   Co.Seg->hpFinished(P.Seq);
 }
 
@@ -448,14 +484,26 @@ void Runtime::Impl::burstFlushLoop() {
   const auto Nap = std::chrono::microseconds(std::max<uint64_t>(Cfg.HpBurstUs / 2, 20));
   std::unique_lock<std::mutex> G(Co.HeartMu);
   while (!Co.HeartStop) {
-    Co.HeartCv.wait_for(G, Nap);
+    // Half a burst while one is pending; otherwise until a launch wants us
+    // (5 ms at most: a wake-up lost between the check and the wait costs
+    // no more than that).
+    if (Co.HpFlushWanted.load(std::memory_order_acquire))
+      Co.HpFlushCv.wait_for(G, Nap);
+    else
+      Co.HpFlushCv.wait_for(G, std::chrono::milliseconds(5));
     if (Co.HeartStop)
       break;
+    if (!Co.HpFlushWanted.load(std::memory_order_acquire))
+      continue;
     G.unlock();
     {
       std::lock_guard<std::recursive_mutex> Issue(Co.HpIssueMu);
-      if (Co.HpPending.Seq && monotonicNs() - Co.HpLastWriteNs >= Burst)
+      if (!Co.HpPending.Seq) {
+        Co.HpFlushWanted.store(false, std::memory_order_release);
+      } else if (monotonicNs() - Co.HpLastWriteNs >= Burst) {
         flushPendingLocked();
+        Co.HpFlushWanted.store(false, std::memory_order_release);
+      }
     }
     G.lock();
   }

@@ -166,7 +166,7 @@ void Runtime::Impl::writeStats() {
     for (const Decision &D : Co.Pol->decisions()) {
       if (D.OriginalOnly) {
         ++OnlyShapes;
-        OnlyShort += D.MeetsTarget;
+        OnlyShort += D.TurnaroundUs * 1.25 <= Cfg.TurnaroundUs; // Policy::besideOk's rule
         continue;
       }
       Costs.push_back(D.costOverOriginal());

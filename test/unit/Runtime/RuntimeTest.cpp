@@ -965,8 +965,9 @@ TEST(ScheduleHpBurst, OneWritePerBurstAndTheLastByTheRuntime) {
   EXPECT_TRUE(Other->hpView(tally::rt::monotonicNs()).Active);
   ASSERT_TRUE(waitIdle(*Other)) << "the burst's last completion was never written";
   EXPECT_EQ(completionWrites(), (std::vector<uint64_t>{1, 10}));
-  // A launch on another stream ends the pending burst first (its write is
-  // recorded on the first stream, before the launch on the second).
+  // A launch on another stream ends the pending burst first: every launch
+  // of the burst recorded its event on its own stream, and the write
+  // waits for it on the internal stream.
   CUstream S2 = reinterpret_cast<CUstream>(uintptr_t(0x311));
   fake_log_clear();
   for (int I = 0; I < 3; ++I)
@@ -978,8 +979,10 @@ TEST(ScheduleHpBurst, OneWritePerBurstAndTheLastByTheRuntime) {
     return X.rfind("launch hp_burst grid=4x1x1 block=32 stream=s785", 0) == 0;
   });
   ASSERT_NE(OnS2, L.end());
-  EXPECT_NE(std::find(L.begin(), OnS2, "record stream=s784"), OnS2)
-      << "the pending write was not recorded on the first stream before the second's launch";
+  EXPECT_EQ(std::count(L.begin(), OnS2, "record stream=s784"), 3)
+      << "launches 11-13 did not each record on their stream";
+  EXPECT_EQ(std::count(OnS2, L.end(), "record stream=s784"), 0)
+      << "the runtime recorded on the first stream after its burst";
   ASSERT_TRUE(waitIdle(*Other));
   EXPECT_EQ(completionWrites(), (std::vector<uint64_t>{11, 13, 14}));
 }
@@ -1020,9 +1023,36 @@ TEST(ScheduleHpBurst, ADestroyedStreamIsWrittenFirst) {
     EXPECT_EQ(It->find("DEAD"), std::string::npos) << *It;
 }
 
+// A launch that fails inside a burst queues nothing: its number is covered
+// by the pending write (a host store could be overtaken by that write and
+// the word would go down below it, and BE would wait for HP for ever).
+TEST(ScheduleHpBurst, AFailedLaunchIsCoveredByThePendingWrite) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_burst_fail");
+  CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x330));
+  std::vector<int> Out(4);
+  ASSERT_TRUE(waitIdle(*Other));
+  beAlive(*Other, 400); // a new burst
+  fake_log_clear();
+  ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS); // written
+  ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS); // pending
+  static char NotAKernel[4096] = {}; // the fake refuses it: no kernel's magic
+  CUfunction Bad = reinterpret_cast<CUfunction>(NotAKernel);
+  EXPECT_NE(launchDirect(Bad, Out, 4, S), CUDA_SUCCESS);
+  uint64_t Last = Other->hpView(tally::rt::monotonicNs()).Arrivals;
+  ASSERT_TRUE(waitIdle(*Other)) << "the failed launch's number was never reached";
+  beAlive(*Other, 400); // past the burst: a late write must not take it back
+  EXPECT_FALSE(Other->hpView(tally::rt::monotonicNs()).Active) << "the word went down";
+  std::vector<uint64_t> W = completionWrites();
+  ASSERT_EQ(W.size(), 2u);
+  EXPECT_EQ(W[0], Last - 2);
+  EXPECT_EQ(W[1], Last) << "the pending write did not take the failed launch's number";
+}
+
 // The program starts capturing a stream whose launches await their write:
-// the runtime thread records nothing on it (the record would join the
-// capture); those launches count done instead.
+// the runtime thread records nothing on it (a record would join the
+// capture); the write waits for the event the launches recorded before.
 TEST(ScheduleHpBurst, ACapturedStreamGetsNoRecord) {
   auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
   ASSERT_TRUE(Other);
@@ -1033,12 +1063,13 @@ TEST(ScheduleHpBurst, ACapturedStreamGetsNoRecord) {
   beAlive(*Other, 400); // a new burst
   for (int I = 0; I < 3; ++I)
     ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+  uint64_t Last = Other->hpView(tally::rt::monotonicNs()).Arrivals;
   fake_log_clear();
   fake_set_capturing(S, 1);
-  ASSERT_TRUE(waitIdle(*Other)) << "launches before the capture never counted done";
+  ASSERT_TRUE(waitIdle(*Other)) << "the burst's last completion was never written";
   fake_set_capturing(S, 0);
   EXPECT_FALSE(hasLine("record stream=s800")) << "recorded on a capturing stream";
-  EXPECT_TRUE(completionWrites().empty());
+  EXPECT_EQ(completionWrites(), std::vector<uint64_t>{Last});
 }
 
 TEST(ScheduleHp, CompletionsInLaunchOrderAcrossThreadsAndStreams) {
