@@ -192,7 +192,7 @@ uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {
 }
 
 bool Policy::besideOk(const LaunchShape &S, const Choice &C) const {
-  if (C.F != Form::Original || C.Measuring)
+  if (C.F != Form::Original || C.Measuring || NoBeside.count(S.Key))
     return false;
   uint64_t Ns = queuedWaitNs(S, C);
   return Ns && double(Ns) <= Cfg.TurnaroundUs * 1e3;

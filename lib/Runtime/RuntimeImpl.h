@@ -170,6 +170,9 @@ struct TimedLaunch {
 /// A BE launch being measured for the profile: checked when it is done.
 struct PendingMeasure {
   bool Active = false;
+  /// Not a profile measurement: a launch run beside HP, timed to check
+  /// that it is still short (Policy::besideTooLong otherwise).
+  bool Check = false;
   ContextState *C = nullptr;
   LaunchShape Shape;
   Choice Pick;
@@ -239,8 +242,11 @@ struct Coordination {
   std::atomic<uint64_t> Unstoppable{0};
   /// BE launches made while earlier ones were still queued (QueueUs).
   std::atomic<uint64_t> QueuedLaunches{0};
-  /// BE launches started while HP was busy because they are short (MPS).
+  /// BE launches started while HP was busy because they are short (MPS);
+  /// short launches so far (every 16th is timed); shapes that ran long.
   std::atomic<uint64_t> BesideLaunches{0};
+  uint64_t ShortLaunches = 0; ///< under BeMu
+  std::atomic<uint64_t> BesideRevoked{0};
   /// Policy-chosen launches of grids smaller than the GPU, by form.
   std::atomic<uint64_t> SmallGrid[3] = {};
 };

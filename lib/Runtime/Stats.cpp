@@ -223,9 +223,11 @@ void Runtime::Impl::writeStats() {
   if (Co.Usable && Cfg.Prio != Priority::High && (Co.Mps || Co.BesideLaunches.load()))
     std::fprintf(E,
                  "tally: beside HP (MPS): %llu short launches started while HP was busy%s; "
-                 "kernels without variants measured at %zu launch shapes, %zu of them short\n",
+                 "kernels without variants measured at %zu launch shapes, %zu of them short; "
+                 "%llu shapes timed too long beside HP (held from then on)\n",
                  (unsigned long long)Co.BesideLaunches.load(),
-                 Cfg.Beside ? "" : " (off: TALLY_BESIDE=0)", OnlyShapes, OnlyShort);
+                 Cfg.Beside ? "" : " (off: TALLY_BESIDE=0)", OnlyShapes, OnlyShort,
+                 (unsigned long long)Co.BesideRevoked.load());
   if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())
     std::fprintf(E,
                  "tally: profile choices for %zu launch shapes: the chosen form's best time over "
@@ -268,7 +270,8 @@ void Runtime::Impl::writeStats() {
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"queue_us\": %llu, \"queued_launches\": %llu, "
                "\"beside\": {\"enabled\": %s, \"launches\": %llu, "
-               "\"original_only_shapes\": %zu, \"original_only_short\": %zu}, "
+               "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
+               "\"timed_too_long\": %llu}, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
                "\"profile_hits\": %llu, \"profile_misses\": %llu, "
                "\"choices\": {\"count\": %zu, \"cost_over_original_p50\": %.6f, "
@@ -288,6 +291,7 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.QueuedLaunches.load(),
                Co.Mps && Cfg.Beside ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
+               (unsigned long long)Co.BesideRevoked.load(),
                (unsigned long long)Co.SmallGrid[0].load(),
                (unsigned long long)Co.SmallGrid[1].load(),
                (unsigned long long)Co.SmallGrid[2].load(), (unsigned long long)Hits,

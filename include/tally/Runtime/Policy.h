@@ -51,6 +51,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,10 @@ public:
   /// the turnaround target: a PTB launch would be preempted at once, and
   /// slices and unmeasured launches have no bound.
   bool besideOk(const LaunchShape &S, const Choice &C) const;
+  /// A launch of \p K allowed beside HP was timed longer than the target
+  /// (its time depends on more than its shape): never beside again in this
+  /// process.
+  void besideTooLong(const ProfileKey &K) { NoBeside.insert(K); }
 
   /// Choices made from a complete profile, and launches that were
   /// measurements (for the statistics).
@@ -173,6 +178,7 @@ private:
   std::map<std::pair<ProfileKey, std::string>, Measurement> Local;
   /// Decisions made from complete profiles.
   std::map<ProfileKey, Choice> Decided;
+  std::set<ProfileKey> NoBeside;
   std::vector<Decision> Decisions;
   bool Present = false, Active = false;
   uint64_t LastActive = 0, Arrivals = 0;

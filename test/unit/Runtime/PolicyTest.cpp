@@ -284,6 +284,9 @@ TEST(PolicyChoice, BesideOnlyForShortMeasuredOriginals) {
   EXPECT_TRUE(P.besideOk(Plain, C)) << "25 us with a quarter more is 31.25 us";
   ASSERT_EQ(P.decisions().size(), 1u);
   EXPECT_TRUE(P.decisions()[0].OriginalOnly);
+  // Timed longer beside HP later: not beside any more.
+  P.besideTooLong(Plain.Key);
+  EXPECT_FALSE(P.besideOk(Plain, C));
   LaunchShape Longer = shape("longer", 1000, 0, 0);
   Choice L = profile(P, Longer, [](const Choice &) -> uint64_t { return 26 * Us; });
   EXPECT_FALSE(P.besideOk(Longer, L)) << "26 us with a quarter more is 32.5 us";

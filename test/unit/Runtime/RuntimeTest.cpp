@@ -879,6 +879,43 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
   expectEachBlockOnce(Out);
 }
 
+// A kernel measured short whose launches then run long (its time depends
+// on its arguments): the first short launch (every 16th is) is timed,
+// found too long, and the next one waits for HP again, where
+// ShortKernelsRunBesideHp's went beside it (its ctest entry: FAKE_MPS=1,
+// FAKE_ELAPSED_US=10 for the measurements).
+TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module Plain("be_beside_long", false, "", /*WithVariants=*/false);
+  std::vector<int> Out(40);
+  ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS); // joins
+  fake_sync();
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now
+  beAlive(*Hp, 20);
+  // Two measurements of 10 us, then the choice: short, and timed.
+  for (int I = 0; I < 3; ++I) {
+    ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+  }
+  setenv("FAKE_ELAPSED_US", "500", 1); // the timed launch took 500 us
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
+  std::atomic<bool> Second{false};
+  std::vector<int> Out2(40);
+  std::thread T2([&] {
+    EXPECT_EQ(launchDirect(Plain.K, Out2, 40), CUDA_SUCCESS);
+    Second = true;
+  });
+  beAlive(*Hp, 200);
+  EXPECT_FALSE(Second.load()) << "a kernel timed at 500 us went beside HP again";
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 2000, &Second);
+  T2.join();
+  EXPECT_TRUE(Second.load());
+  fake_sync();
+  expectEachBlockOnce(Out2);
+}
+
 TEST(ScheduleBe, ADeadHpProcessDoesNotHoldIt) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);

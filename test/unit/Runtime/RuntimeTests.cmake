@@ -111,6 +111,13 @@ foreach(_case "beside;1;10;1;1" "beside-off;1;10;0;0" "beside-no-mps;0;10;1;0"
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
+add_test(NAME runtime-schedule-beside-revoked
+  COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideKernelThatRunsLongIsHeldAgain)
+set_tests_properties(runtime-schedule-beside-revoked PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-revoked;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=10"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "1 shapes timed too long beside HP"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 set_tests_properties(runtime-schedule-beside PROPERTIES
   PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): [1-9][0-9]* short launches started while HP was busy; kernels without variants measured at [1-9]")
 
