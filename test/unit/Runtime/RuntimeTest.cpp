@@ -815,8 +815,6 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
   EXPECT_EQ(fake_log_count("copy TIMED OUT", ""), 0u);
 }
 
-// An HP process killed in the middle of a request: its slot goes stale and
-// the BE process is not held by it.
 // Short kernels beside HP (its ctest entries set FAKE_MPS, FAKE_ELAPSED_US,
 // TALLY_BESIDE, and TEST_EXPECT_BESIDE: 1 when the short kernel must go
 // while HP is busy, 0 when it must be held like any other). Under MPS, a
@@ -916,6 +914,8 @@ TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
   expectEachBlockOnce(Out2);
 }
 
+// An HP process killed in the middle of a request: its slot goes stale and
+// the BE process is not held by it.
 TEST(ScheduleBe, ADeadHpProcessDoesNotHoldIt) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
@@ -958,10 +958,6 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
   EXPECT_FALSE(V.Active);
 }
 
-// Several threads launching on their own streams: the completion words the
-// "GPU" writes go up one by one, in launch order, and end at the last
-// launch, so a BE process never sees HP idle while an earlier launch runs
-// (a word written out of order), nor active after everything ended.
 // TALLY_HP_COMPLETION=burst (its ctest entry; bursts of 300 ms so that a
 // slow machine still makes its launches inside one): a launch soon after
 // the last completion write gets none; the runtime thread writes the last
@@ -1025,8 +1021,9 @@ TEST(ScheduleHpBurst, OneWritePerBurstAndTheLastByTheRuntime) {
 }
 
 // A stream destroyed while launches on it await their completion write:
-// the write is recorded before the stream goes (a record after it would
-// show as DEAD in the fake's log and fail the ctest).
+// the write is issued before the stream goes, and nothing is recorded on
+// it afterwards (that would show as DEAD in the fake's log and fail the
+// ctest).
 TEST(ScheduleHpBurst, ADestroyedStreamIsWrittenFirst) {
   auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
   ASSERT_TRUE(Other);
@@ -1109,6 +1106,10 @@ TEST(ScheduleHpBurst, ACapturedStreamGetsNoRecord) {
   EXPECT_EQ(completionWrites(), std::vector<uint64_t>{Last});
 }
 
+// Several threads launching on their own streams: the completion words the
+// "GPU" writes go up one by one, in launch order, and end at the last
+// launch, so a BE process never sees HP idle while an earlier launch runs
+// (a word written out of order), nor active after everything ended.
 TEST(ScheduleHp, CompletionsInLaunchOrderAcrossThreadsAndStreams) {
   auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
   ASSERT_TRUE(Other);
