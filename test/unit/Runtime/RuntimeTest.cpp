@@ -665,6 +665,27 @@ void beAlive(tally::rt::Segment &Seg, int Ms, const std::atomic<bool> *Until = n
   }
 }
 
+/// A BE launch of \p K (40 blocks) made in a thread while \p Hp has launch
+/// \p Seq running must not return for 150 ms; once \p Hp finishes it, it
+/// must, with every block run once. \p Why: the failure message.
+void expectHeldUntilHpIdle(tally::rt::Segment &Hp, uint64_t Seq, CUfunction K,
+                           const char *Why) {
+  std::vector<int> Out(40);
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(K, Out, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(Hp, 150);
+  EXPECT_FALSE(Returned.load()) << Why;
+  Hp.hpFinished(Seq);
+  beAlive(Hp, 2000, &Returned);
+  T.join();
+  EXPECT_TRUE(Returned.load());
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
+
 } // namespace
 
 // A best-effort process: while an HP process has work on the GPU, its
@@ -675,20 +696,7 @@ TEST(ScheduleBe, HeldWhileHpIsActive) {
   ASSERT_TRUE(Hp);
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
   Module M("be_held");
-  std::vector<int> Out(40);
-  std::atomic<bool> Returned{false};
-  std::thread T([&] {
-    EXPECT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
-    Returned = true;
-  });
-  beAlive(*Hp, 150);
-  EXPECT_FALSE(Returned.load()) << "a BE launch went while HP was active";
-  Hp->hpFinished(Seq);
-  beAlive(*Hp, 2000, &Returned);
-  T.join();
-  EXPECT_TRUE(Returned.load());
-  fake_sync();
-  expectEachBlockOnce(Out);
+  expectHeldUntilHpIdle(*Hp, Seq, M.K, "a BE launch went while HP was active");
   // Later launches, HP idle: they go at once (measuring the forms).
   for (int I = 0; I < 20; ++I) {
     std::vector<int> More(40);
@@ -898,20 +906,7 @@ TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
   }
   setenv("FAKE_ELAPSED_US", "500", 1); // the timed launch took 500 us
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
-  std::atomic<bool> Second{false};
-  std::vector<int> Out2(40);
-  std::thread T2([&] {
-    EXPECT_EQ(launchDirect(Plain.K, Out2, 40), CUDA_SUCCESS);
-    Second = true;
-  });
-  beAlive(*Hp, 200);
-  EXPECT_FALSE(Second.load()) << "a kernel timed at 500 us went beside HP again";
-  Hp->hpFinished(Seq);
-  beAlive(*Hp, 2000, &Second);
-  T2.join();
-  EXPECT_TRUE(Second.load());
-  fake_sync();
-  expectEachBlockOnce(Out2);
+  expectHeldUntilHpIdle(*Hp, Seq, Plain.K, "a kernel timed at 500 us went beside HP again");
 }
 
 // An HP process killed in the middle of a request: its slot goes stale and
