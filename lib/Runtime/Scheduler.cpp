@@ -377,10 +377,14 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
     // of the burst); the next write, or the runtime thread at the burst's
     // end, waits for it on the internal stream and writes its number. The
     // runtime thread never touches the program's streams. Launches on
-    // another stream or context write the pending one first.
+    // another stream or context write the pending one first. Launches on
+    // the per-thread default stream are always written: its handle names
+    // a different stream in every thread, so a later launch's event there
+    // would not cover an earlier one's.
     if (Co.HpPending.Seq && (Co.HpPending.S != S || Co.HpPending.C != C))
       flushPendingLocked();
-    if (Co.HpLastWriteNs && LaunchedAt - Co.HpLastWriteNs < Cfg.HpBurstUs * 1000) {
+    if (S != CU_STREAM_PER_THREAD && Co.HpLastWriteNs &&
+        LaunchedAt - Co.HpLastWriteNs < Cfg.HpBurstUs * 1000) {
       CUevent E = Co.HpPending.Seq ? Co.HpPending.E : acquireEvent(*C, false);
       if (E && D.cuEventRecord(E, S) == CUDA_SUCCESS) {
         Co.HpPending = {Seq, S, C, E};

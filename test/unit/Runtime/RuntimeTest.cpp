@@ -1079,6 +1079,22 @@ TEST(ScheduleHpBurst, AFailedLaunchIsCoveredByThePendingWrite) {
   EXPECT_EQ(W[1], Last) << "the pending write did not take the failed launch's number";
 }
 
+// Launches on the per-thread default stream are always written (the handle
+// names another stream in each thread: an event re-recorded by a second
+// thread would not cover the first thread's launches).
+TEST(ScheduleHpBurst, PerThreadStreamLaunchesAreAlwaysWritten) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_burst_ptds");
+  std::vector<int> Out(4);
+  ASSERT_TRUE(waitIdle(*Other));
+  fake_log_clear();
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(launchDirect(M.K, Out, 4, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  uint64_t Last = Other->hpView(tally::rt::monotonicNs()).Arrivals;
+  EXPECT_EQ(completionWrites(), (std::vector<uint64_t>{Last - 2, Last - 1, Last}));
+}
+
 // The program starts capturing a stream whose launches await their write:
 // the runtime thread records nothing on it (a record would join the
 // capture); the write waits for the event the launches recorded before.
