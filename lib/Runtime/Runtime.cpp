@@ -657,6 +657,7 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
   // without variants, it waits for HP to be idle (in Guarded mode).
   std::lock_guard<std::mutex> BeLock(S.Co.BeMu);
   S.holdWhileHpBusy(*C);
+  S.finishMeasurement(); // before BeDone is recorded again behind this launch
   CUresult R = Original();
   if (R == CUDA_SUCCESS && C->BeDone && S.D.cuEventRecord(C->BeDone, Stream) == CUDA_SUCCESS) {
     C->BeDoneRecorded = true;

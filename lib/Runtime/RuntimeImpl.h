@@ -191,8 +191,10 @@ struct Coordination {
   /// One BE launch decided and issued at a time.
   std::mutex BeMu;
   PendingMeasure Measure;
-  /// HP: the segment's completion word as the GPU sees it.
-  CUdeviceptr FinishedDev = 0;
+  /// HP: the segment's mapping and completion word as the GPU sees them
+  /// (the word moves when the process joins again in another slot; under
+  /// HpIssueMu).
+  CUdeviceptr MappingDev = 0, FinishedDev = 0;
   /// HP: a launch's number is taken and its completion write issued under
   /// this lock, so the writes reach the internal stream in number order
   /// whatever thread launches (recursive: never a hang if a driver call
@@ -211,10 +213,14 @@ struct Coordination {
     CUevent E = nullptr;
   } HpPending;
   uint64_t HpLastWriteNs = 0;
+  /// The context whose internal stream took the last completion write:
+  /// a write from another context is ordered after it (under HpIssueMu).
+  ContextState *HpLastWriteCtx = nullptr;
   std::thread BurstFlusher;
   /// A burst has a pending completion: the runtime thread naps for half a
   /// burst instead of sleeping (set under HpIssueMu; HpFlushCv wakes it).
-  std::atomic<bool> HpFlushWanted{false};
+  std::atomic<bool> HpFlushWanted{false}, HpFlushStop{false};
+  std::mutex HpFlushMu;
   std::condition_variable HpFlushCv;
   std::thread Heart;
   std::mutex HeartMu;
@@ -419,6 +425,15 @@ struct Runtime::Impl {
   /// \p S so far has ended (an event on S, the signal stream waits for it
   /// and writes). False when a driver call failed (nothing written).
   bool sideWrite(ContextState &C, CUstream S, uint64_t Seq);
+  /// HP: before a completion write on \p C's internal stream, orders it
+  /// after the writes queued on another context's (each context has its
+  /// own stream: their writes could land out of order and the word go
+  /// down). HpIssueMu held.
+  void orderWritesAfterLast(ContextState &C);
+  /// HP: \p Seq written on \p C's internal stream, behind every earlier
+  /// write, with no wait for a launch (nothing queued for it). HpIssueMu
+  /// held.
+  bool orderedWrite(ContextState &C, uint64_t Seq);
   /// HP, burst: writes the pending completion, if any (HpIssueMu held).
   void flushPendingLocked();
   /// HP, burst: the runtime thread writing each burst's last completion.
