@@ -45,6 +45,19 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     C.Enabled = false;
     return C;
   };
+  // A 0-or-1 variable into Out (left as it is when unset); false, with
+  // Error set, for any other value.
+  auto Flag = [&](const char *Var, bool &Out) {
+    const char *V = GetEnv(Var);
+    if (!V || !*V)
+      return true;
+    if (std::strcmp(V, "0") != 0 && std::strcmp(V, "1") != 0) {
+      Fail(Var, V, "0 or 1");
+      return false;
+    }
+    Out = V[0] == '1';
+    return true;
+  };
   if (const char *V = GetEnv("TALLY_DISABLE"); V && *V && std::strcmp(V, "0") != 0) {
     C.Enabled = false;
     return C;
@@ -102,14 +115,8 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     if (std::strcmp(V, "1") != 0)
       C.StatsFile = V;
   }
-  if (const char *V = GetEnv("TALLY_STATS_TIMING"); V && *V) {
-    if (!std::strcmp(V, "0"))
-      C.StatsTiming = false;
-    else if (!std::strcmp(V, "1"))
-      C.StatsTiming = true;
-    else
-      return Fail("TALLY_STATS_TIMING", V, "0 or 1");
-  }
+  if (!Flag("TALLY_STATS_TIMING", C.StatsTiming))
+    return C;
   if (const char *V = GetEnv("TALLY_PTB_CHUNK"); V && *V) {
     uint64_t N = 0;
     if (!parseUnsigned(V, 1u << 20, N) || N == 0)
@@ -158,24 +165,12 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_QUEUE_US", V, "microseconds from 0 to 1000000");
     C.QueueUs = N;
   }
-  if (const char *V = GetEnv("TALLY_BESIDE"); V && *V) {
-    if (!std::strcmp(V, "0"))
-      C.Beside = false;
-    else if (!std::strcmp(V, "1"))
-      C.Beside = true;
-    else
-      return Fail("TALLY_BESIDE", V, "0 or 1");
-  }
+  if (!Flag("TALLY_BESIDE", C.Beside))
+    return C;
   if (const char *V = GetEnv("TALLY_SHM_DIR"); V && *V)
     C.ShmDir = V;
-  if (const char *V = GetEnv("TALLY_SCHEDULE"); V && *V) {
-    if (!std::strcmp(V, "0"))
-      C.Schedule = false;
-    else if (!std::strcmp(V, "1"))
-      C.Schedule = true;
-    else
-      return Fail("TALLY_SCHEDULE", V, "0 or 1");
-  }
+  if (!Flag("TALLY_SCHEDULE", C.Schedule))
+    return C;
   if (const char *V = GetEnv("TALLY_HP_COMPLETION"); V && *V) {
     if (!std::strcmp(V, "gpu"))
       C.HpCompletion = CompletionPath::Gpu;
@@ -194,14 +189,8 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_HP_BURST_US", V, "microseconds from 1 to 1000000");
     C.HpBurstUs = N;
   }
-  if (const char *V = GetEnv("TALLY_PROFILE_CACHE"); V && *V) {
-    if (!std::strcmp(V, "0"))
-      C.ProfileCache = false;
-    else if (!std::strcmp(V, "1"))
-      C.ProfileCache = true;
-    else
-      return Fail("TALLY_PROFILE_CACHE", V, "0 or 1");
-  }
+  if (!Flag("TALLY_PROFILE_CACHE", C.ProfileCache))
+    return C;
   if (const char *V = GetEnv("TALLY_RUNTIME_PTX"); V && *V) {
     if (!std::strcmp(V, "auto"))
       C.RuntimePtx = RuntimePtxMode::Auto;

@@ -686,6 +686,26 @@ void expectHeldUntilHpIdle(tally::rt::Segment &Hp, uint64_t Seq, CUfunction K,
   expectEachBlockOnce(Out);
 }
 
+/// A BE process's kernel \p K without variants, under MPS: the first launch
+/// joins the segment, an HP request of \p Hp comes and goes (Guarded mode
+/// from then on), then two measurements of the original while HP is idle
+/// and a third launch that reads the second and decides.
+void measureWhileHpIdle(tally::rt::Segment &Hp, CUfunction K) {
+  {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(K, Out, 40), CUDA_SUCCESS); // joins
+    fake_sync();
+  }
+  Hp.hpFinished(Hp.hpLaunch(tally::rt::monotonicNs()));
+  beAlive(Hp, 20);
+  for (int I = 0; I < 3; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+}
+
 } // namespace
 
 // A best-effort process: while an HP process has work on the GPU, its
@@ -837,24 +857,10 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
   ASSERT_TRUE(Hp);
   Module Plain("be_beside_plain", false, "", /*WithVariants=*/false);
   Module V("be_beside_ptb");
-  {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS); // joins
-    fake_sync();
-  }
-  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now
-  beAlive(*Hp, 20);
-  // Two measurements of the original while HP is idle; the third launch
-  // reads the second one.
-  for (int I = 0; I < 3; ++I) {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
-    fake_sync();
-    expectEachBlockOnce(Out);
-  }
+  measureWhileHpIdle(*Hp, Plain.K);
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
-  std::vector<int> Out(40), OutV(40);
-  std::atomic<bool> Returned{false}, ReturnedV{false};
+  std::vector<int> Out(40);
+  std::atomic<bool> Returned{false};
   std::thread T([&] {
     EXPECT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
     Returned = true;
@@ -865,17 +871,7 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
                  : "a kernel went while HP worked");
   if (Returned.load()) {
     // Not yet measured: the kernel with variants waits for HP.
-    std::thread TV([&] {
-      EXPECT_EQ(launchDirect(V.K, OutV, 40), CUDA_SUCCESS);
-      ReturnedV = true;
-    });
-    beAlive(*Hp, 150);
-    EXPECT_FALSE(ReturnedV.load()) << "a measuring launch went while HP worked";
-    Hp->hpFinished(Seq);
-    beAlive(*Hp, 2000, &ReturnedV);
-    TV.join();
-    fake_sync();
-    expectEachBlockOnce(OutV);
+    expectHeldUntilHpIdle(*Hp, Seq, V.K, "a measuring launch went while HP worked");
   } else {
     Hp->hpFinished(Seq);
   }
@@ -894,16 +890,7 @@ TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module Plain("be_beside_long", false, "", /*WithVariants=*/false);
-  std::vector<int> Out(40);
-  ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS); // joins
-  fake_sync();
-  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now
-  beAlive(*Hp, 20);
-  // Two measurements of 10 us, then the choice: short, and timed.
-  for (int I = 0; I < 3; ++I) {
-    ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
-    fake_sync();
-  }
+  measureWhileHpIdle(*Hp, Plain.K); // 10 us each: short, and the choice is timed
   setenv("FAKE_ELAPSED_US", "500", 1); // the timed launch took 500 us
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
   expectHeldUntilHpIdle(*Hp, Seq, Plain.K, "a kernel timed at 500 us went beside HP again");
