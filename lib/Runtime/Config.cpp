@@ -167,6 +167,18 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
   }
   if (!Flag("TALLY_BESIDE", C.Beside))
     return C;
+  if (const char *V = GetEnv("TALLY_BESIDE_PTB_PERCENT"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 100, N))
+      return Fail("TALLY_BESIDE_PTB_PERCENT", V, "a percentage from 0 to 100");
+    C.BesidePtbPercent = static_cast<uint32_t>(N);
+  }
+  if (const char *V = GetEnv("TALLY_WIDEN_US"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 10000000, N))
+      return Fail("TALLY_WIDEN_US", V, "microseconds from 0 to 10000000");
+    C.WidenUs = N;
+  }
   if (const char *V = GetEnv("TALLY_SHM_DIR"); V && *V)
     C.ShmDir = V;
   if (!Flag("TALLY_SCHEDULE", C.Schedule))

@@ -271,6 +271,19 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     std::lock_guard<std::mutex> G(QMu);
     L->Workers = 1 + static_cast<uint32_t>(Rng() % L->Workers);
   }
+  if (Scheduled && Pick && !Pick->Measuring && Co.Pol && !Cfg.RandomPreemptions) {
+    // Under MPS, beside HP with part of its workers (Policy::besideWorkers):
+    // narrow from the start unless HP has been quiet for the widen window.
+    bool Widen = false;
+    observeBusy(nullptr, &Widen);
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    L->Wide = L->Workers;
+    L->Narrow = Co.Pol->besideWorkers(PerSM, C.SMs, L->Workers);
+    if (L->Narrow && !Widen) {
+      L->Workers = L->Narrow;
+      Co.NarrowLaunches.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
   bool Preemptible = Cfg.RandomPreemptions > 0 || Scheduled;

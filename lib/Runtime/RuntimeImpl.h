@@ -104,6 +104,9 @@ struct PtbLaunch {
   /// Preempted when HP processes are active (the scheduler), rather than
   /// at random points (--preempt).
   bool Scheduled = false;
+  /// Under MPS, its workers beside HP (Policy::besideWorkers; 0: it leaves
+  /// the GPU for HP) and its full width. Workers is one of the two.
+  uint32_t Narrow = 0, Wide = 0;
 };
 
 /// Per CUDA context: internal streams, control blocks, events.
@@ -253,6 +256,10 @@ struct Coordination {
   std::atomic<uint64_t> BesideLaunches{0};
   uint64_t ShortLaunches = 0; ///< under BeMu
   std::atomic<uint64_t> BesideRevoked{0};
+  /// PTB launches beside HP (Policy::besideWorkers): started narrow while
+  /// HP was busy; wide ones narrowed for an HP arrival; narrow ones given
+  /// their workers back once HP was quiet.
+  std::atomic<uint64_t> NarrowLaunches{0}, Narrowed{0}, Widened{0};
   /// Policy-chosen launches of grids smaller than the GPU, by form.
   std::atomic<uint64_t> SmallGrid[3] = {};
 };
@@ -394,8 +401,9 @@ struct Runtime::Impl {
   void stopCoordination();
   HpObservation observeHp(uint64_t Now);
   /// Observes the HP processes now; returns whether HP is busy, and the
-  /// mode in \p Mode if given.
-  bool observeBusy(Policy::Mode *Mode);
+  /// mode in \p Mode if given, and in \p Widen whether a narrow PTB
+  /// launch may take all its workers back (Policy::widen).
+  bool observeBusy(Policy::Mode *Mode, bool *Widen = nullptr);
   /// Is this BE process in Free mode? (Cached for FreeCacheNs.)
   bool freeMode();
   CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,

@@ -102,6 +102,31 @@ void Runtime::Impl::coordinate(ContextState &C) {
       Co.Seg.reset();
       return;
     }
+    // The driver says whether this context is an MPS client (CUDA 12.4
+    // and later); an older driver, only whether a control daemon's pipe is
+    // there.
+    int MpsOn = 0;
+    bool Asked = D.cuDeviceGetAttribute &&
+                 D.cuDeviceGetAttribute(&MpsOn, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, C.Dev) ==
+                     CUDA_SUCCESS;
+    Co.Mps = Asked ? MpsOn != 0 : mpsRunning();
+    if (Co.Mps) {
+      std::string Beside;
+      if (Cfg.Prio != Priority::High && Cfg.Beside) {
+        Beside = "; BE kernels measured within the turnaround target run beside HP's";
+        if (Cfg.BesidePtbPercent)
+          Beside += ", and PTB launches with " + std::to_string(Cfg.BesidePtbPercent) +
+                    " % of their workers per SM";
+      }
+      logf(LogLevel::Info, "MPS is %s: HP and BE kernels share the GPU side by side; an "
+                           "arriving HP kernel waits for the running BE blocks to leave%s",
+           Asked ? "on for this context" : "running (its control pipe is there)",
+           Beside.c_str());
+    }
+    else
+      logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
+                           "waits for the BE context's time slice (hundreds of microseconds); "
+                           "'tally mps start' runs MPS");
     if (Cfg.Prio == Priority::High) {
       // The GPU writes each launch's completion into the segment.
       void *Base = Co.Seg->mappingBase();
@@ -129,6 +154,8 @@ void Runtime::Impl::coordinate(ContextState &C) {
       PC.TurnaroundUs = Cfg.TurnaroundUs;
       PC.IdleWindowNs = Cfg.IdleUs * 1000;
       PC.SilenceNs = Cfg.SilenceMs * 1000000;
+      PC.BesidePtbPercent = Co.Mps && Cfg.Beside ? Cfg.BesidePtbPercent : 0;
+      PC.WidenNs = Cfg.WidenUs * 1000;
       if (Cfg.ProfileCache) {
         std::string Dir = ProfileCache::defaultDir([](const char *N) -> const char * {
           return std::getenv(N);
@@ -142,25 +169,6 @@ void Runtime::Impl::coordinate(ContextState &C) {
       }
       Co.Pol = std::make_unique<Policy>(PC, Co.Cache.get());
     }
-    // The driver says whether this context is an MPS client (CUDA 12.4
-    // and later); an older driver, only whether a control daemon's pipe is
-    // there.
-    int MpsOn = 0;
-    bool Asked = D.cuDeviceGetAttribute &&
-                 D.cuDeviceGetAttribute(&MpsOn, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, C.Dev) ==
-                     CUDA_SUCCESS;
-    Co.Mps = Asked ? MpsOn != 0 : mpsRunning();
-    if (Co.Mps)
-      logf(LogLevel::Info, "MPS is %s: HP and BE kernels share the GPU side by side; an "
-                           "arriving HP kernel waits for the running BE blocks to leave%s",
-           Asked ? "on for this context" : "running (its control pipe is there)",
-           Cfg.Prio == Priority::High || !Cfg.Beside
-               ? ""
-               : "; BE kernels measured within the turnaround target run beside HP's");
-    else
-      logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
-                           "waits for the BE context's time slice (hundreds of microseconds); "
-                           "'tally mps start' runs MPS");
     Co.Heart = std::thread([this] { heartbeatLoop(); });
     if (Cfg.Prio == Priority::High && Co.GpuWrites && Cfg.HpCompletion == CompletionPath::Burst)
       Co.BurstFlusher = std::thread([this] { burstFlushLoop(); });
@@ -302,12 +310,14 @@ HpObservation Runtime::Impl::observeHp(uint64_t Now) {
   return O;
 }
 
-bool Runtime::Impl::observeBusy(Policy::Mode *Mode) {
+bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen) {
   uint64_t Now = monotonicNs();
   std::lock_guard<std::mutex> G(Co.PolMu);
   Co.Pol->observe(Now, observeHp(Now));
   if (Mode)
     *Mode = Co.Pol->mode(Now);
+  if (Widen)
+    *Widen = Co.Pol->widen(Now);
   return Co.Pol->hpBusy(Now);
 }
 
@@ -781,6 +791,13 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     std::lock_guard<std::mutex> G(Co.PolMu);
     Short = Co.Pol->besideOk(Sh, Pick);
   }
+  // A PTB launch runs beside HP with part of its workers (launchPtb) rather
+  // than waiting for HP to be idle.
+  bool NarrowPtb = false;
+  if (Decided && Pick.F == Form::Ptb && !Pick.Measuring) {
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    NarrowPtb = Co.Pol->config().BesidePtbPercent > 0;
+  }
   if (Short && !Co.Measure.Active && Co.ShortLaunches++ % 16 == 0) {
     // Every 16th short launch is timed: a kernel whose time depends on its
     // arguments, not only on its shape, loses the right to run beside HP.
@@ -798,9 +815,9 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
       WaitNs = UINT64_MAX;
   }
   if (Queue && WaitNs != UINT64_MAX)
-    holdForQueue(C, S, WaitNs, /*HpMatters=*/!Short);
-  else
-    holdWhileHpBusy(C, /*HpMatters=*/!Short); // alone (unmeasured, measuring, no budget)
+    holdForQueue(C, S, WaitNs, /*HpMatters=*/!Short && !NarrowPtb);
+  else // alone (unmeasured, measuring, no budget)
+    holdWhileHpBusy(C, /*HpMatters=*/!Short && !NarrowPtb);
   if (Short && observeBusy(nullptr))
     Co.BesideLaunches.fetch_add(1, std::memory_order_relaxed);
   if (Co.Measure.Active) {
@@ -844,21 +861,28 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
   if (C.Dead.load(std::memory_order_acquire) || D.cuCtxSetCurrent(C.Ctx) != CUDA_SUCCESS)
     return;
   while (true) {
-    // Watch until the launch ends on its own or HP shows up and no program
-    // thread is in a call that may wait for it holding the driver's lock
-    // (the drain lock, Launcher.cpp; held until the resumption is queued).
+    // Watch until the launch ends on its own, or it must change: HP shows
+    // up while it runs wide (it leaves, or narrows beside HP under MPS), or
+    // HP has been quiet for the widen window while it runs narrow (it takes
+    // its workers back). Only when no program thread is in a call that may
+    // wait for it holding the driver's lock (the drain lock, Launcher.cpp;
+    // held until the resumption is queued).
     std::unique_lock<std::shared_mutex> Excl(Drain, std::defer_lock);
-    bool Counted = false;
+    bool Counted = false, Widening = false;
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))
         return; // destroyed behind the runtime's back: nothing to watch
       CUresult Q = D.cuEventQuery(L.End);
       if (Q != CUDA_ERROR_NOT_READY)
         return; // ended with every block done (or the context is gone)
-      if (observeBusy(nullptr)) {
+      const bool Narrowed = L.Narrow && L.Workers <= L.Narrow;
+      bool Widen = false;
+      bool Busy = observeBusy(nullptr, Narrowed ? &Widen : nullptr);
+      Widening = Narrowed && Widen && L.Workers < L.Wide;
+      if ((Busy && !Narrowed) || Widening) {
         if (Excl.try_lock())
           break;
-        if (!Counted)
+        if (!Counted && !Widening)
           deferred(L);
         Counted = true;
       }
@@ -879,17 +903,29 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       return;
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
-    L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
-    Co.Preemptions.fetch_add(1, std::memory_order_relaxed);
-    Co.Seg->addPreemption();
-    PreemptLatencyUs.push_back(LatencyUs);
-    // Resume once HP has been idle for the window (at exit: at once).
-    for (unsigned Spin = 0; observeBusy(nullptr) && !Shut.load(std::memory_order_relaxed);
-         ++Spin) {
-      if (Spin < 2000)
-        cpuRelax();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(10));
+    if (Widening) {
+      // HP is quiet: every worker back (not a preemption for HP's sake).
+      L.Workers = L.Wide;
+      Co.Widened.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
+      Co.Preemptions.fetch_add(1, std::memory_order_relaxed);
+      Co.Seg->addPreemption();
+      PreemptLatencyUs.push_back(LatencyUs);
+      if (L.Narrow) {
+        // Under MPS: back at once beside HP, with part of the workers.
+        L.Workers = L.Narrow;
+        Co.Narrowed.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        // Resume once HP has been idle for the window (at exit: at once).
+        for (unsigned Spin = 0; observeBusy(nullptr) && !Shut.load(std::memory_order_relaxed);
+             ++Spin) {
+          if (Spin < 2000)
+            cpuRelax();
+          else
+            std::this_thread::sleep_for(std::chrono::microseconds(10));
+        }
+      }
     }
     if (!resumeOrRelease(L, Done))
       return;

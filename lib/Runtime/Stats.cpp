@@ -228,6 +228,13 @@ void Runtime::Impl::writeStats() {
                  (unsigned long long)Co.BesideLaunches.load(),
                  Cfg.Beside ? "" : " (off: TALLY_BESIDE=0)", OnlyShapes, OnlyShort,
                  (unsigned long long)Co.BesideRevoked.load());
+  if (Co.Usable && Cfg.Prio != Priority::High && Co.Mps && Cfg.Beside && Cfg.BesidePtbPercent)
+    std::fprintf(E,
+                 "tally: PTB beside HP (%u %% of the workers per SM): %llu launches started "
+                 "narrow, %llu narrowed for HP, %llu widened after %llu us of quiet\n",
+                 Cfg.BesidePtbPercent, (unsigned long long)Co.NarrowLaunches.load(),
+                 (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
+                 (unsigned long long)std::max(Cfg.WidenUs, Cfg.IdleUs));
   if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())
     std::fprintf(E,
                  "tally: profile choices for %zu launch shapes: the chosen form's best time over "
@@ -271,7 +278,8 @@ void Runtime::Impl::writeStats() {
                "\"queue_us\": %llu, \"queued_launches\": %llu, "
                "\"beside\": {\"enabled\": %s, \"launches\": %llu, "
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
-               "\"timed_too_long\": %llu}, "
+               "\"timed_too_long\": %llu, \"ptb_percent\": %u, \"ptb_narrow_launches\": %llu, "
+               "\"ptb_narrowed\": %llu, \"ptb_widened\": %llu}, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
                "\"profile_hits\": %llu, \"profile_misses\": %llu, "
                "\"choices\": {\"count\": %zu, \"cost_over_original_p50\": %.6f, "
@@ -292,6 +300,9 @@ void Runtime::Impl::writeStats() {
                Co.Mps && Cfg.Beside ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
                (unsigned long long)Co.BesideRevoked.load(),
+               Co.Mps && Cfg.Beside ? Cfg.BesidePtbPercent : 0u,
+               (unsigned long long)Co.NarrowLaunches.load(),
+               (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
                (unsigned long long)Co.SmallGrid[0].load(),
                (unsigned long long)Co.SmallGrid[1].load(),
                (unsigned long long)Co.SmallGrid[2].load(), (unsigned long long)Hits,

@@ -80,7 +80,11 @@ const char *Variables =
     "  TALLY_IDLE_US      BE work resumes after HP was idle this long (default 100)\n"
     "  TALLY_SILENCE_MS   after this long without HP activity, BE kernels run as\n"
     "                     originals at full speed (default 100)\n"
-    "  TALLY_BESIDE       0: under MPS, short BE kernels also wait for HP to be idle\n"
+    "  TALLY_BESIDE       0: under MPS, BE kernels wait for HP to be idle (none beside)\n"
+    "  TALLY_BESIDE_PTB_PERCENT  under MPS, a BE PTB launch keeps this share of its\n"
+    "                     workers per SM beside HP (default 25; 0: it leaves)\n"
+    "  TALLY_WIDEN_US     a narrow PTB launch takes all its workers back after HP was\n"
+    "                     quiet this long (default 1000)\n"
     "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
     "  TALLY_SCHEDULE     0: no scheduling across processes\n"
     "  TALLY_HP_COMPLETION  burst (default) | side | gpu | host: how an HP process\n"
@@ -401,9 +405,20 @@ int main(int Argc, char **Argv) {
       ->check(CLI::Range(0u, 1000000u));
   bool NoBeside = false;
   Run->add_flag("--no-beside", NoBeside,
-                "best-effort: under MPS, short kernels wait for HP to be idle like the others "
-                "(default: an original measured within --turnaround-us runs beside HP's "
-                "kernels at once)");
+                "best-effort: under MPS, every kernel waits for HP to be idle, none runs "
+                "beside HP's (default: an original measured within --turnaround-us starts at "
+                "once, and PTB launches keep --beside-ptb-percent of their workers)");
+  unsigned BesidePtb = 25, WidenUs = 1000;
+  Run->add_option("--beside-ptb-percent", BesidePtb,
+                  "best-effort, under MPS: while HP works, a PTB launch keeps this percentage "
+                  "of its workers per SM (at least one) beside HP's kernels instead of leaving "
+                  "the GPU (default 25; 0: it leaves and waits for HP to be idle)")
+      ->check(CLI::Range(0u, 100u));
+  Run->add_option("--widen-us", WidenUs,
+                  "best-effort, under MPS: a PTB launch running narrow beside HP takes all its "
+                  "workers back once HP has been quiet this long (default 1000; at least "
+                  "--idle-us)")
+      ->check(CLI::Range(0u, 10000000u));
   Run->add_option("--shm-dir", ShmDir,
                   "folder of the per-GPU segment the processes share (default /dev/shm; "
                   "containers must share it)");
@@ -539,6 +554,10 @@ int main(int Argc, char **Argv) {
     Set("TALLY_QUEUE_US", std::to_string(QueueUs));
   if (NoBeside)
     Set("TALLY_BESIDE", "0");
+  if (Run->count("--beside-ptb-percent"))
+    Set("TALLY_BESIDE_PTB_PERCENT", std::to_string(BesidePtb));
+  if (Run->count("--widen-us"))
+    Set("TALLY_WIDEN_US", std::to_string(WidenUs));
   Set("TALLY_SHM_DIR", ShmDir);
   if (NoCache)
     Set("TALLY_PROFILE_CACHE", "0");

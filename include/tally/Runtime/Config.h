@@ -101,6 +101,14 @@ struct Config {
   /// with a quarter more, is within TurnaroundUs) may start while HP works:
   /// they run beside it instead of waiting for HP to be idle.
   bool Beside = true;
+  /// Under MPS (and with Beside), a BE PTB launch keeps this percentage of
+  /// its workers per SM (at least one) while HP works instead of leaving
+  /// the GPU: it starts narrow, or is narrowed when HP arrives (0: PTB
+  /// launches leave for HP and wait for it to be idle).
+  uint32_t BesidePtbPercent = 25;
+  /// A narrow PTB launch gets its full width back once HP has been idle
+  /// this long (at least the idle window).
+  uint64_t WidenUs = 1000;
   std::string ShmDir = "/dev/shm";
   bool Schedule = true;
   bool ProfileCache = true;

@@ -583,6 +583,7 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
   return CUDA_SUCCESS;
 }
 static int holdEvents();
+static int holdPtb();
 /// An event completes once the PTB launches queued on its stream before it
 /// are over: waiting for it runs them to their end (or stop, flag up).
 FAKE CUresult cuEventQuery(CUevent E) {
@@ -595,6 +596,13 @@ FAKE CUresult cuEventQuery(CUevent E) {
   if (holdEvents())
     return CUDA_ERROR_NOT_READY;
   FEvent Ev = S().Events[E];
+  if (holdPtb())
+    for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
+      PendingPtb &P = S().Pending[I];
+      if (P.Open && P.Stream == Ev.Stream &&
+          !reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt))[1])
+        return CUDA_ERROR_NOT_READY; // a long PTB launch: still running
+    }
   for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
     PendingPtb &P = S().Pending[I];
     if (!P.Open || P.Stream != Ev.Stream)
@@ -716,6 +724,11 @@ FAKE void fake_reject_variants(int On) { RejectVariants = On; }
 static std::atomic<int> HoldEvents{0};
 FAKE void fake_hold_events(int On) { HoldEvents = On; }
 static int holdEvents() { return HoldEvents.load(); }
+/// While on, PTB launches run until their flag is raised (long kernels):
+/// events behind an open one on its stream are not reached.
+static std::atomic<int> HoldPtb{0};
+FAKE void fake_hold_ptb(int On) { HoldPtb = On; }
+static int holdPtb() { return HoldPtb.load(); }
 
 static CUresult loadImage(const char *Entry, const void *Image, size_t Size = 0) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);

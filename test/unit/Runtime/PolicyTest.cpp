@@ -300,6 +300,52 @@ TEST(PolicyChoice, BesideOnlyForShortMeasuredOriginals) {
   EXPECT_FALSE(P.decisions().back().OriginalOnly);
 }
 
+// Under MPS a PTB launch keeps a share of its workers per SM beside HP:
+// at least one per SM, never more than it has; none when the share is 0.
+TEST(PolicyBeside, PtbWorkersBesideHp) {
+  PolicyConfig C;
+  C.BesidePtbPercent = 25;
+  Policy P(C);
+  EXPECT_EQ(P.besideWorkers(8, 132, 8 * 132), 2u * 132) << "a quarter of 8 per SM";
+  EXPECT_EQ(P.besideWorkers(2, 132, 2 * 132), 132u) << "at least one per SM";
+  EXPECT_EQ(P.besideWorkers(8, 132, 100), 100u) << "a small grid keeps its workers";
+  EXPECT_EQ(P.besideWorkers(0, 132, 100), 0u) << "the variant does not fit";
+  C.BesidePtbPercent = 50;
+  EXPECT_EQ(Policy(C).besideWorkers(7, 132, 7 * 132), 3u * 132) << "rounded down";
+  C.BesidePtbPercent = 100;
+  EXPECT_EQ(Policy(C).besideWorkers(8, 132, 8 * 132), 8u * 132);
+  EXPECT_EQ(Policy().besideWorkers(8, 132, 8 * 132), 0u) << "off by default in the policy";
+}
+
+// A narrow launch widens only once HP has been quiet for the widen window
+// (and never sooner than the idle window); HP activity starts it over.
+TEST(PolicyBeside, WidenAfterTheQuietWindow) {
+  PolicyConfig C;
+  C.BesidePtbPercent = 25;
+  C.IdleWindowNs = 100 * Us;
+  C.WidenNs = 1 * Ms;
+  Policy P(C);
+  EXPECT_TRUE(P.widen(0)) << "no HP seen yet";
+  uint64_t T = 10 * Ms;
+  P.observe(T, hp(1, true, 1));
+  EXPECT_FALSE(P.widen(T)) << "HP active";
+  P.observe(T + 50 * Us, hp(1, false, 1));
+  EXPECT_FALSE(P.widen(T + 50 * Us));
+  EXPECT_FALSE(P.hpBusy(T + 200 * Us)) << "idle after the idle window";
+  EXPECT_FALSE(P.widen(T + 900 * Us)) << "idle, but not yet quiet for the widen window";
+  EXPECT_TRUE(P.widen(T + 1050 * Us));
+  P.observe(T + 1100 * Us, hp(1, false, 2)); // an arrival between two looks
+  EXPECT_FALSE(P.widen(T + 1200 * Us));
+  EXPECT_TRUE(P.widen(T + 2100 * Us));
+  // A widen window shorter than the idle window is the idle window.
+  C.WidenNs = 10 * Us;
+  Policy Q(C);
+  Q.observe(T, hp(1, false, 1));
+  Q.observe(T + 1 * Us, hp(1, false, 2));
+  EXPECT_FALSE(Q.widen(T + 50 * Us));
+  EXPECT_TRUE(Q.widen(T + 101 * Us));
+}
+
 TEST(PolicyChoice, NoneWithinTheTarget) {
   Policy P;
   // 40 blocks of 1 ms each, one wave: nothing gets under 31.6 us; the

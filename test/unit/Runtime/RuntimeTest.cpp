@@ -50,6 +50,7 @@ const char *fake_log_line(size_t I);
 void fake_log_clear();
 size_t fake_log_count(const char *Prefix, const char *Sub);
 void fake_hold_events(int On);
+void fake_hold_ptb(int On);
 void fake_sync();
 unsigned fake_open_ptb_launches();
 void fake_release_destroys();
@@ -894,6 +895,101 @@ TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
   setenv("FAKE_ELAPSED_US", "500", 1); // the timed launch took 500 us
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
   expectHeldUntilHpIdle(*Hp, Seq, Plain.K, "a kernel timed at 500 us went beside HP again");
+}
+
+/// Keeps \p Hp alive until \p Cond holds (2 s at most); returns Cond().
+template <typename F> bool aliveUntil(tally::rt::Segment &Hp, F Cond) {
+  for (int I = 0; I < 200 && !Cond(); ++I)
+    beAlive(Hp, 10);
+  return Cond();
+}
+
+// PTB launches beside HP under MPS (its ctest entries: FAKE_MPS,
+// FAKE_ELAPSED_US=100 so that the chosen form is PTB on a full wave of 8
+// workers (4 SMs of 2), TALLY_WIDEN_US=20000, TALLY_BESIDE_PTB_PERCENT, and
+// TEST_EXPECT_NARROW: 1 when a PTB launch must run beside HP on 4 workers,
+// one per SM, 0 when it must wait for HP like before). Narrow: a launch made
+// while HP works starts on 4 workers and is not stopped while HP works; once
+// HP has been quiet for the widen window it is stopped and resumed on 8. A
+// launch started wide while HP was quiet is stopped when HP arrives and
+// resumed on 4 at once, then widened again. Every logical block runs once.
+TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
+  const char *Expect = std::getenv("TEST_EXPECT_NARROW");
+  ASSERT_NE(Expect, nullptr) << "set TEST_EXPECT_NARROW to 0 or 1";
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_narrow");
+  {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS); // joins
+    fake_sync();
+  }
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
+  for (int I = 0; I < 16; ++I) { // 7 candidates measured twice, then the choice
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+    bool Rejoined = false;
+    Hp->heartbeat(tally::rt::monotonicNs(), Rejoined);
+  }
+  auto Launches = [](const char *Grid) {
+    return fake_log_count("launch be_narrow__tally_ptb ", Grid);
+  };
+  auto Raised = [] { return fake_log_count("writevalue", " value=1"); };
+  size_t Narrow = Launches("grid=4x1x1"); // the half-wave candidate's measurements
+  if (std::strcmp(Expect, "1")) {
+    uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+    expectHeldUntilHpIdle(*Hp, Seq, M.K, "a PTB launch went while HP worked");
+    EXPECT_EQ(Launches("grid=4x1x1"), Narrow);
+    return;
+  }
+  fake_hold_ptb(1); // PTB launches run until stopped
+  // HP works: the launch starts at once, narrow, and stays.
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  size_t Wide = Launches("grid=8x1x1");
+  std::vector<int> Out(40);
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 300, &Returned);
+  EXPECT_TRUE(Returned.load()) << "a PTB launch waited for HP under MPS";
+  if (!Returned.load())
+    Hp->hpFinished(Seq); // (a failure) lets the held launch go
+  T.join();
+  EXPECT_EQ(Launches("grid=4x1x1"), Narrow + 1) << "not started on one worker per SM";
+  size_t Flags = Raised();
+  Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  beAlive(*Hp, 100);
+  EXPECT_EQ(Raised(), Flags) << "a narrow launch was stopped while HP worked";
+  // HP done: after the widen window, every worker back.
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 10);
+  EXPECT_EQ(Launches("grid=8x1x1"), Wide) << "widened before HP was quiet for the window";
+  EXPECT_TRUE(aliveUntil(*Hp, [&] { return Launches("grid=8x1x1") > Wide; }))
+      << "not widened once HP was quiet";
+  fake_hold_ptb(0);
+  fake_sync();
+  expectEachBlockOnce(Out);
+  // HP quiet: wide from the start; stopped for HP and resumed narrow at once.
+  beAlive(*Hp, 40);
+  fake_hold_ptb(1);
+  Wide = Launches("grid=8x1x1");
+  Narrow = Launches("grid=4x1x1");
+  std::vector<int> Out2(40);
+  ASSERT_EQ(launchDirect(M.K, Out2, 40), CUDA_SUCCESS);
+  EXPECT_EQ(Launches("grid=8x1x1"), Wide + 1) << "not wide while HP was quiet";
+  Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  EXPECT_TRUE(aliveUntil(*Hp, [&] { return Launches("grid=4x1x1") > Narrow; }))
+      << "not narrowed when HP arrived";
+  Hp->hpFinished(Seq);
+  EXPECT_TRUE(aliveUntil(*Hp, [&] { return Launches("grid=8x1x1") > Wide + 1; }))
+      << "not widened again";
+  fake_hold_ptb(0);
+  fake_sync();
+  expectEachBlockOnce(Out2);
 }
 
 // An HP process killed in the middle of a request: its slot goes stale and
