@@ -173,8 +173,9 @@ struct TimedLaunch {
 /// A BE launch being measured for the profile: checked when it is done.
 struct PendingMeasure {
   bool Active = false;
-  /// Not a profile measurement: a launch run beside HP, timed to check
-  /// that it is still short (Policy::besideTooLong otherwise).
+  /// Not a profile measurement: a launch allowed beside HP (made while HP
+  /// was idle), timed to check that it is still short
+  /// (Policy::besideTooLong otherwise).
   bool Check = false;
   ContextState *C = nullptr;
   LaunchShape Shape;
@@ -255,6 +256,7 @@ struct Coordination {
   /// short launches so far (every 16th is timed); shapes that ran long.
   std::atomic<uint64_t> BesideLaunches{0};
   uint64_t ShortLaunches = 0; ///< under BeMu
+  bool CheckDue = false;      ///< under BeMu: time the next short launch made while HP is idle
   std::atomic<uint64_t> BesideRevoked{0};
   /// PTB launches beside HP (Policy::besideWorkers): started narrow while
   /// HP was busy; wide ones narrowed for an HP arrival; narrow ones given

@@ -695,20 +695,20 @@ void Runtime::Impl::finishMeasurement() {
   uint64_t Now = monotonicNs();
   std::lock_guard<std::mutex> G(Co.PolMu);
   Co.Pol->observe(Now, observeHp(Now));
+  if (Co.Pol->arrivals() != M.Arrivals ||
+      Co.Preemptions.load(std::memory_order_relaxed) != M.Preemptions) {
+    if (!M.Check)
+      Co.Discarded.fetch_add(1, std::memory_order_relaxed);
+    return; // HP came by: the time says nothing about the form alone
+  }
   if (M.Check) {
-    // A short launch run beside HP: still within the target? (Admitted
-    // with a quarter to spare, so running a little slower beside HP does
-    // not revoke it.)
+    // A short launch, timed while HP was idle: still within the target?
+    // (Admitted with a quarter to spare.)
     if (double(Ms) * 1e3 > Cfg.TurnaroundUs) {
       Co.Pol->besideTooLong(M.Shape.Key);
       Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
     }
     return;
-  }
-  if (Co.Pol->arrivals() != M.Arrivals ||
-      Co.Preemptions.load(std::memory_order_relaxed) != M.Preemptions) {
-    Co.Discarded.fetch_add(1, std::memory_order_relaxed);
-    return; // HP came by: the time says nothing about the form alone
   }
   Co.Pol->measured(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6));
   Co.Measured.fetch_add(1, std::memory_order_relaxed);
@@ -798,15 +798,11 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     std::lock_guard<std::mutex> G(Co.PolMu);
     NarrowPtb = Co.Pol->config().BesidePtbPercent > 0;
   }
-  if (Short && !Co.Measure.Active && Co.ShortLaunches++ % 16 == 0) {
-    // Every 16th short launch is timed: a kernel whose time depends on its
-    // arguments, not only on its shape, loses the right to run beside HP.
-    Co.Measure.Active = true;
-    Co.Measure.Check = true;
-    Co.Measure.C = &C;
-    Co.Measure.Shape = Sh;
-    Co.Measure.Pick = Pick;
-  }
+  // Every 16th short launch is timed (the next one made while HP is idle):
+  // a kernel whose time depends on its arguments, not only on its shape,
+  // loses the right to run beside HP.
+  if (Short && Co.ShortLaunches++ % 16 == 0)
+    Co.CheckDue = true;
   uint64_t WaitNs = UINT64_MAX; // what this launch may make HP wait
   if (Queue && Decided && !Pick.Measuring) {
     std::lock_guard<std::mutex> G(Co.PolMu);
@@ -818,8 +814,18 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     holdForQueue(C, S, WaitNs, /*HpMatters=*/!Short && !NarrowPtb);
   else // alone (unmeasured, measuring, no budget)
     holdWhileHpBusy(C, /*HpMatters=*/!Short && !NarrowPtb);
-  if (Short && observeBusy(nullptr))
+  if (Short && observeBusy(nullptr)) {
     Co.BesideLaunches.fetch_add(1, std::memory_order_relaxed);
+  } else if (Short && Co.CheckDue && !Co.Measure.Active) {
+    // Timed with HP idle, as it was measured: beside HP its time includes
+    // waiting for room on the SMs, which says nothing about the kernel.
+    Co.CheckDue = false;
+    Co.Measure.Active = true;
+    Co.Measure.Check = true;
+    Co.Measure.C = &C;
+    Co.Measure.Shape = Sh;
+    Co.Measure.Pick = Pick;
+  }
   if (Co.Measure.Active) {
     // The measurement counts HP arrivals from now, not from the choice.
     std::lock_guard<std::mutex> G(Co.PolMu);

@@ -883,8 +883,8 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
 }
 
 // A kernel measured short whose launches then run long (its time depends
-// on its arguments): the first short launch (every 16th is) is timed,
-// found too long, and the next one waits for HP again, where
+// on its arguments): the first short launch (every 16th is, when HP is
+// idle) is timed, found too long, and from then on it waits for HP again, where
 // ShortKernelsRunBesideHp's went beside it (its ctest entry: FAKE_MPS=1,
 // FAKE_ELAPSED_US=10 for the measurements).
 TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
@@ -893,6 +893,12 @@ TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
   Module Plain("be_beside_long", false, "", /*WithVariants=*/false);
   measureWhileHpIdle(*Hp, Plain.K); // 10 us each: short, and the choice is timed
   setenv("FAKE_ELAPSED_US", "500", 1); // the timed launch took 500 us
+  {
+    // The timing is read at the next launch (HP still idle: it counts).
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+  }
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
   expectHeldUntilHpIdle(*Hp, Seq, Plain.K, "a kernel timed at 500 us went beside HP again");
 }
