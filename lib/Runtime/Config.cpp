@@ -117,6 +117,8 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
   }
   if (!Flag("TALLY_STATS_TIMING", C.StatsTiming))
     return C;
+  if (!Flag("TALLY_STATS_TURNAROUND", C.StatsTurnaround))
+    return C;
   if (const char *V = GetEnv("TALLY_PTB_CHUNK"); V && *V) {
     uint64_t N = 0;
     if (!parseUnsigned(V, 1u << 20, N) || N == 0)

@@ -172,7 +172,7 @@ void Runtime::Impl::coordinate(ContextState &C) {
     Co.Heart = std::thread([this] { heartbeatLoop(); });
     if (Cfg.Prio == Priority::High && Co.GpuWrites && Cfg.HpCompletion == CompletionPath::Burst)
       Co.BurstFlusher = std::thread([this] { burstFlushLoop(); });
-    if (Cfg.Stats && Cfg.Prio == Priority::High) {
+    if (Cfg.Stats && Cfg.StatsTurnaround && Cfg.Prio == Priority::High) {
       Co.LaunchNs.reset(new std::atomic<uint64_t>[Coordination::RingSize]());
       Co.Turnaround = std::thread([this] { turnaroundLoop(); });
     }

@@ -80,9 +80,11 @@ const char *Variables =
     "  TALLY_IDLE_US      BE work resumes after HP was idle this long (default 100)\n"
     "  TALLY_SILENCE_MS   after this long without HP activity, BE kernels run as\n"
     "                     originals at full speed (default 100)\n"
+    "  TALLY_STATS_TURNAROUND  1: an HP process's --stats also time each launch's\n"
+    "                     turnaround (a thread spins beside the service)\n"
     "  TALLY_BESIDE       0: under MPS, BE kernels wait for HP to be idle (none beside)\n"
     "  TALLY_BESIDE_PTB_PERCENT  under MPS, a BE PTB launch keeps this share of its\n"
-    "                     workers per SM beside HP (default 25; 0: it leaves)\n"
+    "                     workers per SM beside HP (default 50; 0: it leaves)\n"
     "  TALLY_WIDEN_US     a narrow PTB launch takes all its workers back after HP was\n"
     "                     quiet this long (default 1000)\n"
     "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
@@ -408,11 +410,11 @@ int main(int Argc, char **Argv) {
                 "best-effort: under MPS, every kernel waits for HP to be idle, none runs "
                 "beside HP's (default: an original measured within --turnaround-us starts at "
                 "once, and PTB launches keep --beside-ptb-percent of their workers)");
-  unsigned BesidePtb = 25, WidenUs = 1000;
+  unsigned BesidePtb = 50, WidenUs = 1000;
   Run->add_option("--beside-ptb-percent", BesidePtb,
                   "best-effort, under MPS: while HP works, a PTB launch keeps this percentage "
                   "of its workers per SM (at least one) beside HP's kernels instead of leaving "
-                  "the GPU (default 25; 0: it leaves and waits for HP to be idle)")
+                  "the GPU (default 50; 0: it leaves and waits for HP to be idle)")
       ->check(CLI::Range(0u, 100u));
   Run->add_option("--widen-us", WidenUs,
                   "best-effort, under MPS: a PTB launch running narrow beside HP takes all its "

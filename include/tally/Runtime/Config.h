@@ -85,6 +85,10 @@ struct Config {
   bool Stats = false;
   std::string StatsFile; ///< JSON destination ("" = table only)
   bool StatsTiming = true; ///< GPU time per kernel (two events per launch)
+  /// HP with Stats: a thread spins on the completion word to time each
+  /// launch's turnaround. Off by default: on an H100 host it raised an
+  /// hp-serve's median latency by half (a core spinning beside the service).
+  bool StatsTurnaround = false;
   LogLevel Level = LogLevel::Warn;
   uint32_t PtbChunk = 1;
   uint32_t PtbWorkersPerSM = 0; ///< 0: as many as fit (the occupancy)
@@ -105,7 +109,7 @@ struct Config {
   /// its workers per SM (at least one) while HP works instead of leaving
   /// the GPU: it starts narrow, or is narrowed when HP arrives (0: PTB
   /// launches leave for HP and wait for it to be idle).
-  uint32_t BesidePtbPercent = 25;
+  uint32_t BesidePtbPercent = 50;
   /// A narrow PTB launch gets its full width back once HP has been idle
   /// this long (at least the idle window).
   uint64_t WidenUs = 1000;

@@ -148,13 +148,13 @@ set_tests_properties(runtime-schedule-dead-hp PROPERTIES
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp COMMAND RuntimeTests --gtest_filter=ScheduleHp.LaunchesAreAnnounced)
 set_tests_properties(runtime-schedule-hp PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_HP_COMPLETION=side"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_STATS_TURNAROUND=1;TALLY_HP_COMPLETION=side"
   PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 3 launches"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-threads
   COMMAND RuntimeTests --gtest_filter=ScheduleHp.CompletionsInLaunchOrderAcrossThreadsAndStreams)
 set_tests_properties(runtime-schedule-hp-threads PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp3;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_HP_COMPLETION=side"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp3;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_STATS_TURNAROUND=1;TALLY_HP_COMPLETION=side"
   PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 600 launches"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-burst COMMAND RuntimeTests --gtest_filter=ScheduleHpBurst.*)
