@@ -9,7 +9,11 @@
 # Variants (VARIANTS, names separated by spaces; default all):
 #   plain               hp-serve as it is
 #   tally               the default (completions in bursts) with --stats
-#   tally-nostats       the default without --stats (no turnaround thread)
+#                       (two timing events around each launch)
+#   tally-nostats       the default without --stats
+#   tally-notiming      --stats with TALLY_STATS_TIMING=0 (counts only)
+#   tally-turnaround    --stats with TALLY_STATS_TURNAROUND=1 (a thread
+#                       spinning on the completion word)
 #   tally-side          TALLY_HP_COMPLETION=side (a write per launch), --stats
 #   tally-side-nostats  the same without --stats
 #   tally-noschedule    --no-schedule (interception only)
@@ -46,6 +50,10 @@ for ((r = 1; r <= ROUNDS; ++r)); do
   run plain "$r" env
   run tally "$r" "$T" run --priority=high --stats="$OUT/tally.$r.json" --
   run tally-nostats "$r" "$T" run --priority=high --
+  run tally-notiming "$r" env TALLY_STATS_TIMING=0 "$T" run --priority=high \
+    --stats="$OUT/tally-notiming.$r.json" --
+  run tally-turnaround "$r" env TALLY_STATS_TURNAROUND=1 "$T" run --priority=high \
+    --stats="$OUT/tally-turnaround.$r.json" --
   run tally-side "$r" env TALLY_HP_COMPLETION=side "$T" run --priority=high \
     --stats="$OUT/tally-side.$r.json" --
   run tally-side-nostats "$r" env TALLY_HP_COMPLETION=side "$T" run --priority=high --
