@@ -16,6 +16,10 @@
 #                       spinning on the completion word)
 #   tally-side          TALLY_HP_COMPLETION=side (a write per launch), --stats
 #   tally-side-nostats  the same without --stats
+#   tally-gpu-nostats   TALLY_HP_COMPLETION=gpu (the write on the program's
+#                       stream), without --stats
+#   tally-host-nostats  TALLY_HP_COMPLETION=host (a host function per launch),
+#                       without --stats
 #   tally-noschedule    --no-schedule (interception only)
 # Usage: scripts/gpu-hp-tail.sh [DIR]   (DIR default .carry/runtime)
 # Environment: RATE (default 2726 req/s, half of hp-serve's capacity on an
@@ -57,6 +61,8 @@ for ((r = 1; r <= ROUNDS; ++r)); do
   run tally-side "$r" env TALLY_HP_COMPLETION=side "$T" run --priority=high \
     --stats="$OUT/tally-side.$r.json" --
   run tally-side-nostats "$r" env TALLY_HP_COMPLETION=side "$T" run --priority=high --
+  run tally-gpu-nostats "$r" env TALLY_HP_COMPLETION=gpu "$T" run --priority=high --
+  run tally-host-nostats "$r" env TALLY_HP_COMPLETION=host "$T" run --priority=high --
   run tally-noschedule "$r" "$T" run --priority=high --no-schedule --
 done
 
