@@ -165,8 +165,14 @@ ContextState *Runtime::Impl::context() {
   // on the legacy default stream (a gate, say) must never hold them up.
   if (R == CUDA_SUCCESS)
     R = D.cuStreamCreateWithPriority(&C.Resume, CU_STREAM_NON_BLOCKING, Least);
+  // Signal carries a BE process's preemption flags (greatest priority: they
+  // must not wait behind anything) and an HP process's completion writes
+  // (least: work on a stream of greater priority than the service's makes
+  // the GPU preempt the service's kernels, and on an H100 an hp-serve under
+  // Tally stalled for up to 19 ms every few seconds that way).
   if (R == CUDA_SUCCESS)
-    R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING, Greatest);
+    R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING,
+                                     Cfg.Prio == Priority::High ? Least : Greatest);
   if (R == CUDA_SUCCESS)
     R = D.cuStreamCreateWithPriority(&C.Meta, CU_STREAM_NON_BLOCKING, Least);
   if (R != CUDA_SUCCESS || C.SMs <= 0) {

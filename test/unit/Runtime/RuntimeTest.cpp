@@ -943,6 +943,8 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
     return fake_log_count("launch be_narrow__tally_ptb ", Grid);
   };
   auto Raised = [] { return fake_log_count("writevalue", " value=1"); };
+  // Preemption flags go on a stream of the greatest priority.
+  EXPECT_EQ(fake_log_count("streamcreate", "priority=-5"), 1u);
   size_t Narrow = Launches("grid=4x1x1"); // the half-wave candidate's measurements
   if (std::strcmp(Expect, "1")) {
     uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
@@ -1036,6 +1038,11 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
   EXPECT_TRUE(hasLineRe("writevalue64 stream=" + Stream + " value=1$"));
   EXPECT_TRUE(hasLineRe("writevalue64 stream=" + Stream + " value=3$"));
   EXPECT_FALSE(hasLine("__tally")) << "an HP launch ran a variant";
+  // Its internal streams are of the least priority: work of a greater
+  // priority than the service's makes the GPU preempt the service.
+  EXPECT_TRUE(hasLineRe("^streamcreate s[0-9]+ flags=1 priority=0$"));
+  EXPECT_FALSE(hasLineRe("^streamcreate .* priority=-5$"))
+      << "an HP process made a stream of the greatest priority";
   tally::rt::HpView V = Other->hpView(tally::rt::monotonicNs());
   EXPECT_EQ(V.HpProcesses, 1u);
   EXPECT_EQ(V.Arrivals, 3u);
