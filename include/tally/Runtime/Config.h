@@ -84,10 +84,13 @@ struct Config {
   uint64_t Seed = 1;
   bool Stats = false;
   std::string StatsFile; ///< JSON destination ("" = table only)
-  bool StatsTiming = true; ///< GPU time per kernel (two events per launch)
+  /// GPU time per kernel (two events per launch). Default: on in BE
+  /// processes, off in HP ones (it raised hp-serve's median latency by half
+  /// on an H100).
+  bool StatsTiming = true;
   /// HP with Stats: a thread spins on the completion word to time each
-  /// launch's turnaround. Off by default: on an H100 host it raised an
-  /// hp-serve's median latency by half (a core spinning beside the service).
+  /// launch's turnaround (off by default: a core spinning beside the
+  /// service).
   bool StatsTurnaround = false;
   LogLevel Level = LogLevel::Warn;
   uint32_t PtbChunk = 1;

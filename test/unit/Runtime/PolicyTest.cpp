@@ -453,3 +453,50 @@ TEST(PolicySimulation, BestEffortNeverStartsInsideTheIdleWindow) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// The settings the scheduler reads (Config.h)
+//===----------------------------------------------------------------------===//
+
+namespace {
+std::map<std::string, std::string> TestEnv;
+const char *testGetEnv(const char *N) {
+  auto It = TestEnv.find(N);
+  return It == TestEnv.end() ? nullptr : It->second.c_str();
+}
+Config configOf(std::map<std::string, std::string> Env, std::string &Error) {
+  TestEnv = std::move(Env);
+  return Config::fromEnvironment(testGetEnv, Error);
+}
+} // namespace
+
+TEST(SchedulerConfig, BesideDefaultsAndBounds) {
+  std::string E;
+  Config C = configOf({}, E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_EQ(C.BesidePtbPercent, 50u);
+  EXPECT_EQ(C.WidenUs, 1000u);
+  C = configOf({{"TALLY_BESIDE_PTB_PERCENT", "0"}, {"TALLY_WIDEN_US", "5000"}}, E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_EQ(C.BesidePtbPercent, 0u);
+  EXPECT_EQ(C.WidenUs, 5000u);
+  C = configOf({{"TALLY_BESIDE_PTB_PERCENT", "101"}}, E);
+  EXPECT_FALSE(C.Enabled);
+  EXPECT_NE(E.find("TALLY_BESIDE_PTB_PERCENT"), std::string::npos) << E;
+  C = configOf({{"TALLY_WIDEN_US", "soon"}}, E);
+  EXPECT_FALSE(C.Enabled);
+}
+
+// Timing events around each launch are for BE processes unless asked for:
+// in an HP process they cost the service its latency.
+TEST(SchedulerConfig, StatisticsTimingOffInHpProcessesUnlessAsked) {
+  std::string E;
+  EXPECT_TRUE(configOf({{"TALLY_STATS", "1"}}, E).StatsTiming);
+  EXPECT_FALSE(configOf({{"TALLY_STATS", "1"}, {"TALLY_PRIORITY", "high"}}, E).StatsTiming);
+  EXPECT_TRUE(configOf({{"TALLY_STATS", "1"}, {"TALLY_PRIORITY", "high"},
+                        {"TALLY_STATS_TIMING", "1"}}, E).StatsTiming);
+  EXPECT_FALSE(configOf({{"TALLY_STATS", "1"}, {"TALLY_STATS_TIMING", "0"}}, E).StatsTiming);
+  EXPECT_FALSE(configOf({{"TALLY_PRIORITY", "high"}}, E).StatsTurnaround);
+  EXPECT_TRUE(configOf({{"TALLY_PRIORITY", "high"}, {"TALLY_STATS_TURNAROUND", "1"}}, E)
+                  .StatsTurnaround);
+}
