@@ -167,9 +167,10 @@ ContextState *Runtime::Impl::context() {
     R = D.cuStreamCreateWithPriority(&C.Resume, CU_STREAM_NON_BLOCKING, Least);
   // Signal carries a BE process's preemption flags (greatest priority: they
   // must not wait behind anything) and an HP process's completion writes
-  // (least: work on a stream of greater priority than the service's makes
-  // the GPU preempt the service's kernels, and on an H100 an hp-serve under
-  // Tally stalled for up to 19 ms every few seconds that way).
+  // (least: work on a stream of greater priority than the service's may
+  // preempt the service's kernels; on an H100 an hp-serve under Tally
+  // stalled for up to 20 ms every few seconds with the greatest, and not
+  // with the least: scripts/gpu-hp-tail.sh).
   if (R == CUDA_SUCCESS)
     R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING,
                                      Cfg.Prio == Priority::High ? Least : Greatest);
