@@ -1000,6 +1000,33 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   expectEachBlockOnce(Out2);
 }
 
+// The check of a short kernel counts only when HP stayed away while it ran:
+// beside HP its time includes waiting for room on the SMs. Here the timed
+// launch (the choice, made while HP was idle) reads 500 us, but HP came by
+// before it was read: no revocation, the next launch goes beside HP (its
+// ctest entry: FAKE_MPS=1, FAKE_ELAPSED_US=10 for the measurements).
+TEST(ScheduleBe, ABesideCheckWhileHpCameByIsDiscarded) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module Plain("be_beside_check", false, "", /*WithVariants=*/false);
+  measureWhileHpIdle(*Hp, Plain.K); // 10 us each: short, and the choice is timed
+  setenv("FAKE_ELAPSED_US", "500", 1);
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP comes by, stays busy
+  std::vector<int> Out(40);
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 300, &Returned);
+  EXPECT_TRUE(Returned.load()) << "a check taken while HP came by revoked the kernel";
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 2000, &Returned);
+  T.join();
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
+
 // An HP process killed in the middle of a request: its slot goes stale and
 // the BE process is not held by it.
 TEST(ScheduleBe, ADeadHpProcessDoesNotHoldIt) {

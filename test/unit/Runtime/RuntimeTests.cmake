@@ -118,6 +118,13 @@ set_tests_properties(runtime-schedule-beside-revoked PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "1 shapes timed too long beside HP"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-beside-check-discarded
+  COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideCheckWhileHpCameByIsDiscarded)
+set_tests_properties(runtime-schedule-beside-check-discarded PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-check;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=10"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "0 shapes timed too long beside HP"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 set_tests_properties(runtime-schedule-beside PROPERTIES
   PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): [1-9][0-9]* short launches started while HP was busy; kernels without variants measured at [1-9]")
 
