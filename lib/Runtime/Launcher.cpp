@@ -279,10 +279,8 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     std::lock_guard<std::mutex> G(Co.PolMu);
     L->Wide = L->Workers;
     L->Narrow = Co.Pol->besideWorkers(PerSM, C.SMs, L->Workers);
-    if (L->Narrow && !Widen) {
+    if (L->Narrow && !Widen)
       L->Workers = L->Narrow;
-      Co.NarrowLaunches.fetch_add(1, std::memory_order_relaxed);
-    }
   }
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
@@ -331,6 +329,8 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     GiveBack();
     return false;
   }
+  if (L->Workers < L->Wide)
+    Co.NarrowLaunches.fetch_add(1, std::memory_order_relaxed);
   logf(LogLevel::Debug, "kernel %s: PTB launch, %u blocks on %u workers, chunk %u%s",
        K.Name.c_str(), L->Blocks, L->Workers, Chunk, Preemptible ? ", preemptible" : "");
   // From here on the variant runs: errors below may only make it
@@ -441,7 +441,7 @@ bool Runtime::Impl::waitEvent(CUevent E, const PtbLaunch *L, const char *What) {
   }
 }
 
-bool Runtime::Impl::resume(PtbLaunch &L) {
+bool Runtime::Impl::resume(PtbLaunch &L, bool Resumption) {
   ContextState &C = *L.C;
   CUresult R = D.cuStreamWriteValue32(C.Resume, L.Ctrl + 4, 0, CU_STREAM_WRITE_VALUE_DEFAULT);
   if (R == CUDA_SUCCESS)
@@ -452,7 +452,8 @@ bool Runtime::Impl::resume(PtbLaunch &L) {
   if (R == CUDA_SUCCESS)
     R = D.cuEventRecord(L.End, C.Resume);
   if (R == CUDA_SUCCESS) {
-    L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
+    if (Resumption) // not a widening beside HP (Scheduler.cpp)
+      L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
     logf(LogLevel::Debug, "kernel %s: resumed on %u workers", L.K->Name.c_str(), L.Workers);
     return true;
   }
@@ -568,9 +569,9 @@ bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::ti
   return true;
 }
 
-bool Runtime::Impl::resumeOrRelease(PtbLaunch &L, uint32_t Done) {
+bool Runtime::Impl::resumeOrRelease(PtbLaunch &L, uint32_t Done, bool Resumption) {
   for (int Try = 0; Try < 3; ++Try)
-    if (resume(L))
+    if (resume(L, Resumption))
       return true;
   // The application's stream waits on `done`; leaving it would hang the
   // program. Release it and say loudly that blocks did not run.

@@ -52,8 +52,8 @@ bool Policy::hpBusy(uint64_t Now) const {
 uint32_t Policy::besideWorkers(int PerSM, int SMs, uint32_t Wide) const {
   if (!Cfg.BesidePtbPercent || PerSM <= 0 || SMs <= 0 || !Wide)
     return 0;
-  uint64_t Each = std::max<uint64_t>(1, uint64_t(PerSM) * Cfg.BesidePtbPercent / 100);
-  return static_cast<uint32_t>(std::min<uint64_t>(Wide, Each * uint64_t(SMs)));
+  uint64_t Share = std::max<uint64_t>(1, uint64_t(PerSM) * uint64_t(SMs) * Cfg.BesidePtbPercent / 100);
+  return static_cast<uint32_t>(std::min<uint64_t>(Wide, Share));
 }
 
 std::vector<Choice> Policy::candidates(const LaunchShape &S) {

@@ -686,8 +686,13 @@ CUresult Runtime::Impl::launchForm(KernelEntry &K, const LaunchArgs &A, PassThro
   else if (F == Form::Slice)
     Done = launchSliced(K, A, C, S, R, Pick, Paced);
   if (!Done) {
-    if (F != Form::Original)
+    if (F != Form::Original) {
       K.Fallbacks.fetch_add(1, std::memory_order_relaxed);
+      // Under the scheduler the variant may have been meant to run beside
+      // HP: the original cannot be stopped, so it waits for HP like one.
+      if (Paced)
+        holdWhileHpBusy(C);
+    }
     F = Form::Original;
     R = Original();
   }

@@ -380,7 +380,7 @@ struct Runtime::Impl {
   void deferred(PtbLaunch &L);
   /// \p L, \p What: named in a debug line if the wait passes 2 s.
   bool waitEvent(CUevent E, const PtbLaunch *L = nullptr, const char *What = nullptr);
-  bool resume(PtbLaunch &L);
+  bool resume(PtbLaunch &L, bool Resumption = true);
   /// After the flag of \p L was raised at \p Raised: waits for the workers
   /// to leave and the flag write to land, reads `done`. False when the
   /// launch cannot be followed any more.
@@ -388,7 +388,7 @@ struct Runtime::Impl {
                         double &LatencyUs, uint32_t &Done);
   /// Relaunches a preempted \p L (three tries); failing that, releases its
   /// stream with an error and returns false.
-  bool resumeOrRelease(PtbLaunch &L, uint32_t Done);
+  bool resumeOrRelease(PtbLaunch &L, uint32_t Done, bool Resumption = true);
   void waitForOwner(void *Owner);
   void waitForContext(const ContextState *C);
   void stopPreemptor();

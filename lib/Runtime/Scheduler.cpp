@@ -114,9 +114,9 @@ void Runtime::Impl::coordinate(ContextState &C) {
       std::string Beside;
       if (Cfg.Prio != Priority::High && Cfg.Beside) {
         Beside = "; BE kernels measured within the turnaround target run beside HP's";
-        if (Cfg.BesidePtbPercent)
+        if (Cfg.BesidePtbPercent && Asked)
           Beside += ", and PTB launches with " + std::to_string(Cfg.BesidePtbPercent) +
-                    " % of their workers per SM";
+                    " % of a wave of workers";
       }
       logf(LogLevel::Info, "MPS is %s: HP and BE kernels share the GPU side by side; an "
                            "arriving HP kernel waits for the running BE blocks to leave%s",
@@ -154,7 +154,9 @@ void Runtime::Impl::coordinate(ContextState &C) {
       PC.TurnaroundUs = Cfg.TurnaroundUs;
       PC.IdleWindowNs = Cfg.IdleUs * 1000;
       PC.SilenceNs = Cfg.SilenceMs * 1000000;
-      PC.BesidePtbPercent = Co.Mps && Cfg.Beside ? Cfg.BesidePtbPercent : 0;
+      // PTB launches beside HP only where the driver says MPS is on: without
+      // it they would be time-sliced against HP for their whole length.
+      PC.BesidePtbPercent = Co.Mps && Asked && Cfg.Beside ? Cfg.BesidePtbPercent : 0;
       PC.WidenNs = Cfg.WidenUs * 1000;
       if (Cfg.ProfileCache) {
         std::string Dir = ProfileCache::defaultDir([](const char *N) -> const char * {
@@ -892,7 +894,9 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
           deferred(L);
         Counted = true;
       }
-      if ((Spin & 255) == 255)
+      if (Narrowed && Busy)
+        std::this_thread::sleep_for(std::chrono::microseconds(20)); // only a widen can come
+      else if ((Spin & 255) == 255)
         std::this_thread::yield();
       else
         cpuRelax();
@@ -909,7 +913,10 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       return;
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
-    if (Widening) {
+    if (Widening && observeBusy(nullptr)) {
+      // HP came back while the workers left: narrow again (not a
+      // preemption for HP's sake either).
+    } else if (Widening) {
       // HP is quiet: every worker back (not a preemption for HP's sake).
       L.Workers = L.Wide;
       Co.Widened.fetch_add(1, std::memory_order_relaxed);
@@ -933,7 +940,7 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
         }
       }
     }
-    if (!resumeOrRelease(L, Done))
+    if (!resumeOrRelease(L, Done, /*Resumption=*/!Widening))
       return;
   }
 }

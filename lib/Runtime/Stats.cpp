@@ -159,6 +159,7 @@ void Runtime::Impl::writeStats() {
   // Shapes of kernels without variants (measured for the beside rule):
   // how many, and how many are short enough to run beside HP.
   size_t OnlyShapes = 0, OnlyShort = 0;
+  const uint32_t PtbPercent = Co.Pol ? Co.Pol->config().BesidePtbPercent : 0;
   if (Co.Pol) {
     std::lock_guard<std::mutex> G(Co.PolMu);
     Hits = Co.Pol->profileHits();
@@ -228,11 +229,12 @@ void Runtime::Impl::writeStats() {
                  (unsigned long long)Co.BesideLaunches.load(),
                  Cfg.Beside ? "" : " (off: TALLY_BESIDE=0)", OnlyShapes, OnlyShort,
                  (unsigned long long)Co.BesideRevoked.load());
-  if (Co.Usable && Cfg.Prio != Priority::High && Co.Mps && Cfg.Beside && Cfg.BesidePtbPercent)
+  if (Co.Usable && Cfg.Prio != Priority::High && PtbPercent)
     std::fprintf(E,
-                 "tally: PTB beside HP (%u %% of the workers per SM): %llu launches started "
-                 "narrow, %llu narrowed for HP, %llu widened after %llu us of quiet\n",
-                 Cfg.BesidePtbPercent, (unsigned long long)Co.NarrowLaunches.load(),
+                 "tally: PTB beside HP (%u %% of a wave of workers): %llu launches started "
+                 "narrow, %llu narrowed for HP (counted as preemptions above), %llu widened "
+                 "after %llu us of quiet\n",
+                 PtbPercent, (unsigned long long)Co.NarrowLaunches.load(),
                  (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
                  (unsigned long long)std::max(Cfg.WidenUs, Cfg.IdleUs));
   if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())
@@ -300,7 +302,7 @@ void Runtime::Impl::writeStats() {
                Co.Mps && Cfg.Beside ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
                (unsigned long long)Co.BesideRevoked.load(),
-               Co.Mps && Cfg.Beside ? Cfg.BesidePtbPercent : 0u,
+               PtbPercent,
                (unsigned long long)Co.NarrowLaunches.load(),
                (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
                (unsigned long long)Co.SmallGrid[0].load(),

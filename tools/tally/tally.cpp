@@ -83,8 +83,8 @@ const char *Variables =
     "  TALLY_STATS_TURNAROUND  1: an HP process's --stats also time each launch's\n"
     "                     turnaround (a thread spins beside the service)\n"
     "  TALLY_BESIDE       0: under MPS, BE kernels wait for HP to be idle (none beside)\n"
-    "  TALLY_BESIDE_PTB_PERCENT  under MPS, a BE PTB launch keeps this share of its\n"
-    "                     workers per SM beside HP (default 50; 0: it leaves)\n"
+    "  TALLY_BESIDE_PTB_PERCENT  under MPS, a BE PTB launch keeps this share of a\n"
+    "                     wave of workers beside HP (default 50; 0: it leaves)\n"
     "  TALLY_WIDEN_US     a narrow PTB launch takes all its workers back after HP was\n"
     "                     quiet this long (default 1000)\n"
     "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
@@ -413,8 +413,8 @@ int main(int Argc, char **Argv) {
   unsigned BesidePtb = 50, WidenUs = 1000;
   Run->add_option("--beside-ptb-percent", BesidePtb,
                   "best-effort, under MPS: while HP works, a PTB launch keeps this percentage "
-                  "of its workers per SM (at least one) beside HP's kernels instead of leaving "
-                  "the GPU (default 50; 0: it leaves and waits for HP to be idle)")
+                  "of a full wave of workers (at least one) beside HP's kernels instead of "
+                  "leaving the GPU (default 50; 0: it leaves and waits for HP to be idle)")
       ->check(CLI::Range(0u, 100u));
   Run->add_option("--widen-us", WidenUs,
                   "best-effort, under MPS: a PTB launch running narrow beside HP takes all its "

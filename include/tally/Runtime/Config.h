@@ -109,7 +109,7 @@ struct Config {
   /// they run beside it instead of waiting for HP to be idle.
   bool Beside = true;
   /// Under MPS (and with Beside), a BE PTB launch keeps this percentage of
-  /// its workers per SM (at least one) while HP works instead of leaving
+  /// a full wave of workers (at least one) while HP works instead of leaving
   /// the GPU: it starts narrow, or is narrowed when HP arrives (0: PTB
   /// launches leave for HP and wait for it to be idle).
   uint32_t BesidePtbPercent = 50;

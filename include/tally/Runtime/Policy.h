@@ -37,8 +37,8 @@
 //    a ResNet-50 service under plain MPS kept the service's p99; held until
 //    HP was idle, it lost two thirds of its speed.)
 //  * Under MPS, a PTB launch need not leave the GPU for HP either: it keeps
-//    `BesidePtbPercent` of its workers per SM (besideWorkers; at least one
-//    per SM, never more than it has) while HP works. A launch made while
+//    `BesidePtbPercent` of a full wave of workers (besideWorkers; never
+//    more than it has) while HP works. A launch made while
 //    HP is not quiet starts that narrow; a wide one is preempted when HP
 //    arrives and resumed narrow at once; a narrow one is widened (preempted
 //    and resumed with all its workers) once HP has been quiet for
@@ -148,9 +148,11 @@ public:
     return hpQuiet(Now, std::max(Cfg.WidenNs, Cfg.IdleWindowNs));
   }
   /// How many of a PTB launch's \p Wide workers (\p PerSM per SM on
-  /// \p SMs SMs at most) run beside HP: BesidePtbPercent of PerSM, at least
-  /// one, per SM; never more than Wide. 0 when the percentage is 0 (the
-  /// launch leaves the GPU for HP).
+  /// \p SMs SMs at most) run beside HP: BesidePtbPercent of a full wave
+  /// (PerSM x SMs), at least one; never more than Wide (a launch already
+  /// within the share keeps its workers). 0 when the percentage is 0 (the
+  /// launch leaves the GPU for HP). With one worker per SM, 50 % is one on
+  /// half the SMs, where the block scheduler puts them.
   uint32_t besideWorkers(int PerSM, int SMs, uint32_t Wide) const;
   /// When HP was last seen active (0: never).
   uint64_t lastHpActivity() const { return LastActive; }

@@ -300,18 +300,22 @@ TEST(PolicyChoice, BesideOnlyForShortMeasuredOriginals) {
   EXPECT_FALSE(P.decisions().back().OriginalOnly);
 }
 
-// Under MPS a PTB launch keeps a share of its workers per SM beside HP:
-// at least one per SM, never more than it has; none when the share is 0.
+// Under MPS a PTB launch keeps a share of a full wave of workers beside HP:
+// at least one, never more than it has; none when the share is 0. A kernel
+// with one worker per SM narrows to fewer SMs (it must not count as narrow
+// at full width: it would never leave for HP).
 TEST(PolicyBeside, PtbWorkersBesideHp) {
   PolicyConfig C;
   C.BesidePtbPercent = 25;
   Policy P(C);
   EXPECT_EQ(P.besideWorkers(8, 132, 8 * 132), 2u * 132) << "a quarter of 8 per SM";
-  EXPECT_EQ(P.besideWorkers(2, 132, 2 * 132), 132u) << "at least one per SM";
+  EXPECT_EQ(P.besideWorkers(2, 132, 2 * 132), 66u) << "a quarter of the wave";
   EXPECT_EQ(P.besideWorkers(8, 132, 100), 100u) << "a small grid keeps its workers";
   EXPECT_EQ(P.besideWorkers(0, 132, 100), 0u) << "the variant does not fit";
+  EXPECT_EQ(P.besideWorkers(1, 2, 2), 1u) << "at least one";
   C.BesidePtbPercent = 50;
-  EXPECT_EQ(Policy(C).besideWorkers(7, 132, 7 * 132), 3u * 132) << "rounded down";
+  EXPECT_EQ(Policy(C).besideWorkers(1, 132, 132), 66u) << "one per SM: half the SMs";
+  EXPECT_EQ(Policy(C).besideWorkers(7, 132, 7 * 132), 462u) << "half the wave";
   C.BesidePtbPercent = 100;
   EXPECT_EQ(Policy(C).besideWorkers(8, 132, 8 * 132), 8u * 132);
   EXPECT_EQ(Policy().besideWorkers(8, 132, 8 * 132), 0u) << "off by default in the policy";

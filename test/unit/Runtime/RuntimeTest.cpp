@@ -912,9 +912,9 @@ template <typename F> bool aliveUntil(tally::rt::Segment &Hp, F Cond) {
 
 // PTB launches beside HP under MPS (its ctest entries: FAKE_MPS,
 // FAKE_ELAPSED_US=100 so that the chosen form is PTB on a full wave of 8
-// workers (4 SMs of 2), TALLY_WIDEN_US=20000, TALLY_BESIDE_PTB_PERCENT, and
+// workers (4 SMs of 2), TALLY_WIDEN_US=200000, TALLY_BESIDE_PTB_PERCENT, and
 // TEST_EXPECT_NARROW: 1 when a PTB launch must run beside HP on 4 workers,
-// one per SM, 0 when it must wait for HP like before). Narrow: a launch made
+// half the wave, 0 when it must wait for HP like before). Narrow: a launch made
 // while HP works starts on 4 workers and is not stopped while HP works; once
 // HP has been quiet for the widen window it is stopped and resumed on 8. A
 // launch started wide while HP was quiet is stopped when HP arrives and
@@ -967,7 +967,7 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   if (!Returned.load())
     Hp->hpFinished(Seq); // (a failure) lets the held launch go
   T.join();
-  EXPECT_EQ(Launches("grid=4x1x1"), Narrow + 1) << "not started on one worker per SM";
+  EXPECT_EQ(Launches("grid=4x1x1"), Narrow + 1) << "not started on half the wave";
   size_t Flags = Raised();
   Seq = Hp->hpLaunch(tally::rt::monotonicNs());
   beAlive(*Hp, 100);
@@ -982,7 +982,7 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   fake_sync();
   expectEachBlockOnce(Out);
   // HP quiet: wide from the start; stopped for HP and resumed narrow at once.
-  beAlive(*Hp, 40);
+  beAlive(*Hp, 250); // past the widen window
   fake_hold_ptb(1);
   Wide = Launches("grid=8x1x1");
   Narrow = Launches("grid=4x1x1");
@@ -998,6 +998,12 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   fake_hold_ptb(0);
   fake_sync();
   expectEachBlockOnce(Out2);
+  // A PTB launch that fails to launch falls back to the original, which
+  // cannot be stopped: it waits for HP like one.
+  fake_fail_variant_launches(1);
+  Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  expectHeldUntilHpIdle(*Hp, Seq, M.K, "an original fallen back from PTB went beside HP");
+  fake_fail_variant_launches(0);
 }
 
 // The check of a short kernel counts only when HP stayed away while it ran:

@@ -130,7 +130,7 @@ set_tests_properties(runtime-schedule-beside PROPERTIES
 
 # PTB launches beside HP under MPS with part of their workers; and the cases
 # where they wait for HP instead: the share set to 0, no MPS.
-foreach(_case "narrow;1;25;1" "narrow-off;1;0;0" "narrow-no-mps;0;25;0")
+foreach(_case "narrow;1;50;1" "narrow-off;1;0;0" "narrow-no-mps;0;50;0")
   list(GET _case 0 _name)
   list(GET _case 1 _mps)
   list(GET _case 2 _pct)
@@ -138,11 +138,11 @@ foreach(_case "narrow;1;25;1" "narrow-off;1;0;0" "narrow-no-mps;0;25;0")
   add_test(NAME runtime-schedule-${_name}
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.PtbLaunchesRunNarrowBesideHp)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=100;TALLY_WIDEN_US=20000;TALLY_BESIDE_PTB_PERCENT=${_pct};TEST_EXPECT_NARROW=${_expect}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=100;TALLY_WIDEN_US=200000;TALLY_BESIDE_PTB_PERCENT=${_pct};TEST_EXPECT_NARROW=${_expect}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
 set_tests_properties(runtime-schedule-narrow PROPERTIES
-  PASS_REGULAR_EXPRESSION "PTB beside HP \\(25 % of the workers per SM\\): [1-9][0-9]* launches started narrow, [1-9][0-9]* narrowed for HP, [1-9][0-9]* widened after 20000 us of quiet")
+  PASS_REGULAR_EXPRESSION "PTB beside HP \\(50 % of a wave of workers\\): [1-9][0-9]* launches started narrow, [1-9][0-9]* narrowed for HP \\(counted as preemptions above\\), [1-9][0-9]* widened after 200000 us of quiet")
 
 add_test(NAME runtime-schedule-blocking-call
   COMMAND RuntimeTests --gtest_filter=ScheduleBlocking.*)
