@@ -168,9 +168,9 @@ ContextState *Runtime::Impl::context() {
   // Signal carries a BE process's preemption flags (greatest priority: they
   // must not wait behind anything) and an HP process's completion writes
   // (least: work on a stream of greater priority than the service's may
-  // preempt the service's kernels; on an H100 an hp-serve under Tally
-  // stalled for up to 20 ms every few seconds with the greatest, and not
-  // with the least: scripts/gpu-hp-tail.sh).
+  // preempt the service's kernels. On an H100 an hp-serve under Tally
+  // stalled for up to 20 ms every few seconds with the greatest; with the
+  // least, less often, not never: scripts/gpu-hp-tail.sh).
   if (R == CUDA_SUCCESS)
     R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING,
                                      Cfg.Prio == Priority::High ? Least : Greatest);
