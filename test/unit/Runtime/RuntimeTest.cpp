@@ -687,6 +687,26 @@ void expectHeldUntilHpIdle(tally::rt::Segment &Hp, uint64_t Seq, CUfunction K,
   expectEachBlockOnce(Out);
 }
 
+/// A BE launch of \p K (40 blocks into \p Out) made in a thread while \p Hp
+/// has launch \p Seq running: did it return within 300 ms (beside HP)?
+/// Either way the thread is joined (HP's launch finished first when it
+/// was held).
+bool launchedBesideHp(tally::rt::Segment &Hp, uint64_t Seq, CUfunction K, std::vector<int> &Out) {
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(K, Out, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(Hp, 300, &Returned);
+  bool Beside = Returned.load();
+  if (!Beside) {
+    Hp.hpFinished(Seq);
+    beAlive(Hp, 2000, &Returned);
+  }
+  T.join();
+  return Beside;
+}
+
 /// A BE process's kernel \p K without variants, under MPS: the first launch
 /// joins the segment, an HP request of \p Hp comes and goes (Guarded mode
 /// from then on), then two measurements of the original while HP is idle
@@ -957,16 +977,7 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
   size_t Wide = Launches("grid=8x1x1");
   std::vector<int> Out(40);
-  std::atomic<bool> Returned{false};
-  std::thread T([&] {
-    EXPECT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
-    Returned = true;
-  });
-  beAlive(*Hp, 300, &Returned);
-  EXPECT_TRUE(Returned.load()) << "a PTB launch waited for HP under MPS";
-  if (!Returned.load())
-    Hp->hpFinished(Seq); // (a failure) lets the held launch go
-  T.join();
+  EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "a PTB launch waited for HP under MPS";
   EXPECT_EQ(Launches("grid=4x1x1"), Narrow + 1) << "not started on half the wave";
   size_t Flags = Raised();
   Seq = Hp->hpLaunch(tally::rt::monotonicNs());
@@ -1019,16 +1030,9 @@ TEST(ScheduleBe, ABesideCheckWhileHpCameByIsDiscarded) {
   setenv("FAKE_ELAPSED_US", "500", 1);
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP comes by, stays busy
   std::vector<int> Out(40);
-  std::atomic<bool> Returned{false};
-  std::thread T([&] {
-    EXPECT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
-    Returned = true;
-  });
-  beAlive(*Hp, 300, &Returned);
-  EXPECT_TRUE(Returned.load()) << "a check taken while HP came by revoked the kernel";
+  EXPECT_TRUE(launchedBesideHp(*Hp, Seq, Plain.K, Out))
+      << "a check taken while HP came by revoked the kernel";
   Hp->hpFinished(Seq);
-  beAlive(*Hp, 2000, &Returned);
-  T.join();
   fake_sync();
   expectEachBlockOnce(Out);
 }
