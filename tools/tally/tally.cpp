@@ -483,7 +483,8 @@ int main(int Argc, char **Argv) {
   try {
     App.parse(ParsedArgc, Argv);
   } catch (const CLI::ParseError &E) {
-    return App.exit(E);
+    int RC = App.exit(E); // --help: 0; a bad option or value: 1, as everywhere
+    return RC == 0 ? 0 : 1;
   }
   if (!Tail.empty() && *Run)
     Cmd = Tail;

@@ -200,6 +200,12 @@ if(NOT TALLY_SANITIZE)
   set_tests_properties(tally-run-command-after-dashes PROPERTIES
     PASS_REGULAR_EXPRESSION "^--steps 3 -- --stats")
 endif()
+# A value out of range: a clear error and exit status 1 (not CLI11's own code).
+add_test(NAME tally-run-bad-value
+  COMMAND sh -c "\"$0\" run --beside-ptb-percent=101 -- true 2>&1; echo exit=$?"
+          $<TARGET_FILE:tally>)
+set_tests_properties(tally-run-bad-value PROPERTIES
+  PASS_REGULAR_EXPRESSION "--beside-ptb-percent: Value 101 not in range 0 to 100.*exit=1")
 
 # scripts/stats-diff.py (the steady state of the Triton check) on made-up runs.
 add_test(NAME stats-diff
