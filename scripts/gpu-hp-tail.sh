@@ -20,7 +20,12 @@
 #                       stream), without --stats
 #   tally-host-nostats  TALLY_HP_COMPLETION=host (a host function per launch),
 #                       without --stats
+#   tally-none-nostats  TALLY_HP_COMPLETION=none (announced, never reported:
+#                       a diagnostic), without --stats
 #   tally-noschedule    --no-schedule (interception only)
+# With HP_MODEL=resnet50 or bert the service is benchmarks/torch/serve.py in
+# open loop (PYTHON picks the interpreter; RATE is then required: e.g. 0.3
+# of the closed-loop capacity that gpu-colocate.sh prints).
 # Usage: scripts/gpu-hp-tail.sh [DIR]   (DIR default .carry/runtime)
 # Environment: RATE (default 2726 req/s, half of hp-serve's capacity on an
 # H100 with 8 kernels), KERNELS (8), RUN_SECONDS (20), ROUNDS (2), STALL_US
@@ -30,15 +35,29 @@ cd "$(dirname "$0")/.." || exit 1
 R=$(cd "${1:-.carry/runtime}" && pwd)
 T=$R/prefix/bin/tally
 OUT=${OUT:-gpu-out/hp-tail}
-mkdir -p "$OUT"
-TALLY_SHM_DIR=$(mktemp -d -p /dev/shm)
-export TALLY_SHM_DIR
+RATE_SET=${RATE:-}
 RATE=${RATE:-2726}
 KERNELS=${KERNELS:-8}
 SECS=${RUN_SECONDS:-20}
 ROUNDS=${ROUNDS:-2}
 STALL_US=${STALL_US:-1500}
-HP=("$R/hp-serve" --block-us 20 --kernels "$KERNELS" --seed 1 --rate "$RATE" --duration "$SECS")
+if [[ -n ${HP_MODEL:-} ]]; then
+  [[ -n ${RATE_SET:-} ]] || { echo "gpu-hp-tail: error: HP_MODEL needs RATE (requests/s)" >&2; exit 2; }
+  PY=${PYTHON:-}
+  [[ -n $PY ]] || for c in /opt/torch/.venv/bin/python python3; do
+    command -v "$c" >/dev/null && PY=$(command -v "$c") && break
+  done
+  SERVE=$R/torch/serve.py
+  [[ -f $SERVE ]] || SERVE=$PWD/benchmarks/torch/serve.py
+  HP=("$PY" "$SERVE" --model "$HP_MODEL" --seed 1 --rate "$RATE" --duration "$SECS")
+else
+  HP=("$R/hp-serve" --block-us 20 --kernels "$KERNELS" --seed 1 --rate "$RATE" --duration "$SECS")
+fi
+mkdir -p "$OUT"
+# On tmpfs: the GPU writes HP completions into the segment.
+TALLY_SHM_DIR=$(mktemp -d -p /dev/shm)
+export TALLY_SHM_DIR
+trap 'rm -rf "$TALLY_SHM_DIR"' EXIT
 
 run() {
   local name=$1 round=$2
@@ -63,6 +82,7 @@ for ((r = 1; r <= ROUNDS; ++r)); do
   run tally-side-nostats "$r" env TALLY_HP_COMPLETION=side "$T" run --priority=high --
   run tally-gpu-nostats "$r" env TALLY_HP_COMPLETION=gpu "$T" run --priority=high --
   run tally-host-nostats "$r" env TALLY_HP_COMPLETION=host "$T" run --priority=high --
+  run tally-none-nostats "$r" env TALLY_HP_COMPLETION=none "$T" run --priority=high --
   run tally-noschedule "$r" "$T" run --priority=high --no-schedule --
 done
 

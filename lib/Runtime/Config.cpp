@@ -198,8 +198,10 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       C.HpCompletion = CompletionPath::Host;
     else if (!std::strcmp(V, "burst"))
       C.HpCompletion = CompletionPath::Burst;
+    else if (!std::strcmp(V, "none"))
+      C.HpCompletion = CompletionPath::None;
     else
-      return Fail("TALLY_HP_COMPLETION", V, "gpu, side, host or burst");
+      return Fail("TALLY_HP_COMPLETION", V, "gpu, side, host, burst or none");
   }
   if (const char *V = GetEnv("TALLY_HP_BURST_US"); V && *V) {
     uint64_t N = 0;

@@ -384,6 +384,12 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   if (!Seq)
     return R; // no slot right now (reclaimed while stalled): not announced
   Co.HpLaunches.fetch_add(1, std::memory_order_relaxed);
+  if (Cfg.HpCompletion == CompletionPath::None) {
+    // A diagnostic: announced, never reported (numbers taken and finished
+    // under the issue lock, so the word only grows).
+    Co.Seg->hpFinished(Seq);
+    return R;
+  }
   const bool Ordered = Co.GpuWrites && C && C->Signal &&
                        (Cfg.HpCompletion == CompletionPath::Side ||
                         Cfg.HpCompletion == CompletionPath::Burst);

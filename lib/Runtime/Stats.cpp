@@ -192,7 +192,10 @@ void Runtime::Impl::writeStats() {
                    "tally: scheduling: %llu launches announced to best-effort processes (%s; "
                    "%llu completion writes%s)\n",
                    (unsigned long long)Co.HpLaunches.load(),
-                   Co.GpuWrites ? "completions written by the GPU" : "completions from the host",
+                   Cfg.HpCompletion == CompletionPath::None
+                       ? "completions not reported: TALLY_HP_COMPLETION=none"
+                   : Co.GpuWrites ? "completions written by the GPU"
+                                  : "completions from the host",
                    (unsigned long long)Co.HpWrites.load(),
                    Cfg.HpCompletion == CompletionPath::Burst ? ", one per burst" : "");
       if (!Turn.empty())

@@ -89,7 +89,7 @@ const char *Variables =
     "                     quiet this long (default 1000)\n"
     "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
     "  TALLY_SCHEDULE     0: no scheduling across processes\n"
-    "  TALLY_HP_COMPLETION  burst (default) | side | gpu | host: how an HP process\n"
+    "  TALLY_HP_COMPLETION  burst (default) | side | gpu | host | none: how an HP process\n"
     "                     reports its launches' ends (docs/runtime.md)\n"
     "  TALLY_HP_BURST_US  burst: the shortest time between two completion writes\n"
     "                     (default 100)\n"

@@ -68,7 +68,9 @@ namespace tally::rt {
 enum class Priority { High, BestEffort };
 enum class Form { Original, Slice, Ptb };
 /// How an HP process reports the end of each launch to the others.
-enum class CompletionPath { Gpu, Side, Host, Burst };
+/// None: no report (each launch counts as ended as soon as it is queued),
+/// a diagnostic that leaves BE unprotected.
+enum class CompletionPath { Gpu, Side, Host, Burst, None };
 enum class LogLevel { Error = 0, Warn = 1, Info = 2, Debug = 3 };
 enum class RuntimePtxMode { Auto, On, Off };
 

@@ -416,7 +416,8 @@ FAKE CUresult cuStreamWriteValue64_v2(CUstream St, CUdeviceptr Addr, cuuint64_t 
   log("writevalue64 stream=" + streamName(St) + " value=" + std::to_string(V));
   return CUDA_SUCCESS;
 }
-FAKE CUresult cuLaunchHostFunc(CUstream, CUhostFn F, void *Data) {
+FAKE CUresult cuLaunchHostFunc(CUstream St, CUhostFn F, void *Data) {
+  log("hostfunc stream=" + streamName(St));
   F(Data);
   return CUDA_SUCCESS;
 }

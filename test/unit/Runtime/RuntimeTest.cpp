@@ -1086,6 +1086,25 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
   EXPECT_FALSE(V.Active);
 }
 
+// TALLY_HP_COMPLETION=none (its ctest entry), a diagnostic: launches are
+// announced and count as ended at once; nothing is written or recorded.
+TEST(ScheduleHpNone, NoneReportsNothing) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_none");
+  fake_log_clear();
+  for (int I = 0; I < 3; ++I) {
+    std::vector<int> Out(16);
+    ASSERT_EQ(launchDirect(M.K, Out, 16), CUDA_SUCCESS);
+    expectEachBlockOnce(Out);
+  }
+  EXPECT_FALSE(hasLine("writevalue64"));
+  EXPECT_FALSE(hasLine("hostfunc"));
+  tally::rt::HpView V = Other->hpView(tally::rt::monotonicNs());
+  EXPECT_EQ(V.Arrivals, 3u);
+  EXPECT_FALSE(V.Active) << "launches were not counted as ended";
+}
+
 // TALLY_HP_COMPLETION=burst (its ctest entry; bursts of 300 ms so that a
 // slow machine still makes its launches inside one): a launch soon after
 // the last completion write gets none; the runtime thread writes the last

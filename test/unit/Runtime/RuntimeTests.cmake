@@ -158,6 +158,11 @@ set_tests_properties(runtime-schedule-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_STATS_TURNAROUND=1;TALLY_HP_COMPLETION=side"
   PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 3 launches"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-hp-none COMMAND RuntimeTests --gtest_filter=ScheduleHpNone.NoneReportsNothing)
+set_tests_properties(runtime-schedule-hp-none PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-none;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_HP_COMPLETION=none"
+  PASS_REGULAR_EXPRESSION "3 launches announced to best-effort processes \\(completions not reported: TALLY_HP_COMPLETION=none; 0 completion writes\\)"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-threads
   COMMAND RuntimeTests --gtest_filter=ScheduleHp.CompletionsInLaunchOrderAcrossThreadsAndStreams)
 set_tests_properties(runtime-schedule-hp-threads PROPERTIES
