@@ -103,6 +103,8 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 # DIR is relative to the current folder; the default, to the repository.
 [[ -z $dir || ! -d $dir ]] || dir=$(cd "$dir" && pwd)
 cd "$src" || exit 1
+# shellcheck source=scripts/torch-env.sh
+. "$src/scripts/torch-env.sh"
 dir=${dir:-.carry/runtime}
 
 die() { echo "gpu-colocate: error: $*" >&2; exit 1; }
@@ -187,26 +189,9 @@ want mps || want mps-prio || want tally-mps && any_mps=1
 PY=
 TORCH=
 if ((torch_hp)) || has_conf torch; then
-  for d in "$R/torch" "$src/benchmarks/torch"; do
-    if [[ -f $d/serve.py && -f $d/train.py && -f $d/streams.py && -f $d/workloads.py ]]; then
-      TORCH=$d
-      break
-    fi
-  done
-  [[ -n $TORCH ]] || die "no serve.py, train.py, streams.py and workloads.py in $R/torch or $src/benchmarks/torch"
-  if [[ -n ${PYTHON:-} ]]; then
-    cands=("$PYTHON")
-  else
-    cands=(/opt/torch/.venv/bin/python python3)
-  fi
-  for c in "${cands[@]}"; do
-    command -v "$c" >/dev/null 2>&1 || continue
-    if "$c" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
-      PY=$(command -v "$c")
-      break
-    fi
-  done
-  [[ -n $PY ]] || die "no Python that imports torch with CUDA available among: ${cands[*]} (set PYTHON)"
+  torch_dir "$R" "$src" ||
+    die "no serve.py, train.py, streams.py and workloads.py in $R/torch or $src/benchmarks/torch"
+  torch_python || die "no Python that imports torch with CUDA available (PYTHON, or /opt/torch/.venv/bin/python and python3)"
 fi
 
 have_mps=0

@@ -16,6 +16,8 @@
 # Usage: scripts/gpu-hp-overhead.sh [DIR]   (DIR default .carry/runtime)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/torch-env.sh
+. scripts/torch-env.sh
 R=$(cd "${1:-.carry/runtime}" && pwd)
 T=$R/prefix/bin/tally
 # On tmpfs: the GPU writes HP completions into the segment (a folder on
@@ -24,13 +26,9 @@ TALLY_SHM_DIR=$(mktemp -d -p /dev/shm)
 export TALLY_SHM_DIR
 HP_MODEL=${HP_MODEL:-}
 if [[ -n $HP_MODEL ]]; then
-  PY=${PYTHON:-}
-  [[ -n $PY ]] || for c in /opt/torch/.venv/bin/python python3; do
-    command -v "$c" >/dev/null && PY=$(command -v "$c") && break
-  done
-  SERVE=$R/torch/serve.py
-  [[ -f $SERVE ]] || SERVE=$PWD/benchmarks/torch/serve.py
-  HP=("$PY" "$SERVE" --model "$HP_MODEL" --mode capacity --seconds "${SECONDS_PER_RUN:-5}")
+  torch_python || { echo "gpu-hp-overhead: error: no Python that imports torch with CUDA (set PYTHON)" >&2; exit 1; }
+  torch_dir "$R" "$PWD" || { echo "gpu-hp-overhead: error: no benchmarks/torch" >&2; exit 1; }
+  HP=("$PY" "$TORCH/serve.py" --model "$HP_MODEL" --mode capacity --seconds "${SECONDS_PER_RUN:-5}")
 else
   HP=("$R/hp-serve" --rate 0 --duration 2 --block-us "${BLOCK_US:-20}")
 fi

@@ -32,6 +32,8 @@
 # (1500), OUT (default gpu-out/hp-tail).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=scripts/torch-env.sh
+. scripts/torch-env.sh
 R=$(cd "${1:-.carry/runtime}" && pwd)
 T=$R/prefix/bin/tally
 OUT=${OUT:-gpu-out/hp-tail}
@@ -43,13 +45,9 @@ ROUNDS=${ROUNDS:-2}
 STALL_US=${STALL_US:-1500}
 if [[ -n ${HP_MODEL:-} ]]; then
   [[ -n ${RATE_SET:-} ]] || { echo "gpu-hp-tail: error: HP_MODEL needs RATE (requests/s)" >&2; exit 2; }
-  PY=${PYTHON:-}
-  [[ -n $PY ]] || for c in /opt/torch/.venv/bin/python python3; do
-    command -v "$c" >/dev/null && PY=$(command -v "$c") && break
-  done
-  SERVE=$R/torch/serve.py
-  [[ -f $SERVE ]] || SERVE=$PWD/benchmarks/torch/serve.py
-  HP=("$PY" "$SERVE" --model "$HP_MODEL" --seed 1 --rate "$RATE" --duration "$SECS")
+  torch_python || { echo "gpu-hp-tail: error: no Python that imports torch with CUDA (set PYTHON)" >&2; exit 1; }
+  torch_dir "$R" "$PWD" || { echo "gpu-hp-tail: error: no benchmarks/torch" >&2; exit 1; }
+  HP=("$PY" "$TORCH/serve.py" --model "$HP_MODEL" --seed 1 --rate "$RATE" --duration "$SECS")
 else
   HP=("$R/hp-serve" --block-us 20 --kernels "$KERNELS" --seed 1 --rate "$RATE" --duration "$SECS")
 fi

@@ -801,11 +801,8 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   }
   // A PTB launch runs beside HP with part of its workers (launchPtb) rather
   // than waiting for HP to be idle.
-  bool NarrowPtb = false;
-  if (Decided && Pick.F == Form::Ptb && !Pick.Measuring) {
-    std::lock_guard<std::mutex> G(Co.PolMu);
-    NarrowPtb = Co.Pol->config().BesidePtbPercent > 0;
-  }
+  const bool NarrowPtb = Decided && Pick.F == Form::Ptb && !Pick.Measuring &&
+                         Co.Pol->config().BesidePtbPercent > 0; // the config never changes
   // Every 16th short launch is timed (the next one made while HP is idle):
   // a kernel whose time depends on its arguments, not only on its shape,
   // loses the right to run beside HP.

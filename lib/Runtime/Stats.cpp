@@ -239,7 +239,7 @@ void Runtime::Impl::writeStats() {
                  "after %llu us of quiet\n",
                  PtbPercent, (unsigned long long)Co.NarrowLaunches.load(),
                  (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
-                 (unsigned long long)std::max(Cfg.WidenUs, Cfg.IdleUs));
+                 (unsigned long long)(Co.Pol->widenNs() / 1000));
   if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())
     std::fprintf(E,
                  "tally: profile choices for %zu launch shapes: the chosen form's best time over "

@@ -144,9 +144,9 @@ public:
     return !Active && (LastActive == 0 || Now >= LastActive + Ns);
   }
   /// A narrow PTB launch may take all its workers back.
-  bool widen(uint64_t Now) const {
-    return hpQuiet(Now, std::max(Cfg.WidenNs, Cfg.IdleWindowNs));
-  }
+  bool widen(uint64_t Now) const { return hpQuiet(Now, widenNs()); }
+  /// The quiet a widening needs: WidenNs, never less than the idle window.
+  uint64_t widenNs() const { return std::max(Cfg.WidenNs, Cfg.IdleWindowNs); }
   /// How many of a PTB launch's \p Wide workers (\p PerSM per SM on
   /// \p SMs SMs at most) run beside HP: BesidePtbPercent of a full wave
   /// (PerSM x SMs), at least one; never more than Wide (a launch already

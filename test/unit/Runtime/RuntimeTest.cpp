@@ -1054,19 +1054,25 @@ TEST(ScheduleBe, ADeadHpProcessDoesNotHoldIt) {
   expectEachBlockOnce(Out);
 }
 
-// A high-priority process: launches go unchanged and at once; each is
-// counted in the segment before it and its completion is written by the
-// "GPU" into the segment after it.
-TEST(ScheduleHp, LaunchesAreAnnounced) {
-  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
-  ASSERT_TRUE(Other);
-  Module M("hp_announce");
+/// In this (HP) process: three launches of a fresh kernel \p Name, the
+/// fake's log cleared first; every block runs once.
+void launchThreeAsHp(const std::string &Name) {
+  Module M(Name);
   fake_log_clear();
   for (int I = 0; I < 3; ++I) {
     std::vector<int> Out(16);
     ASSERT_EQ(launchDirect(M.K, Out, 16), CUDA_SUCCESS);
     expectEachBlockOnce(Out);
   }
+}
+
+// A high-priority process: launches go unchanged and at once; each is
+// counted in the segment before it and its completion is written by the
+// "GPU" into the segment after it.
+TEST(ScheduleHp, LaunchesAreAnnounced) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  launchThreeAsHp("hp_announce");
   EXPECT_TRUE(hasLine("hostregister"));
   // By default from an internal stream behind an event; with
   // TALLY_HP_COMPLETION=gpu from the launch's own stream.
@@ -1091,13 +1097,7 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
 TEST(ScheduleHpNone, NoneReportsNothing) {
   auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
   ASSERT_TRUE(Other);
-  Module M("hp_none");
-  fake_log_clear();
-  for (int I = 0; I < 3; ++I) {
-    std::vector<int> Out(16);
-    ASSERT_EQ(launchDirect(M.K, Out, 16), CUDA_SUCCESS);
-    expectEachBlockOnce(Out);
-  }
+  launchThreeAsHp("hp_none");
   EXPECT_FALSE(hasLine("writevalue64"));
   EXPECT_FALSE(hasLine("hostfunc"));
   tally::rt::HpView V = Other->hpView(tally::rt::monotonicNs());
