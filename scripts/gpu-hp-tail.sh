@@ -8,6 +8,11 @@
 # apart: a stall of the process shows as a backlog of many).
 # Variants (VARIANTS, names separated by spaces; default all):
 #   plain               hp-serve as it is
+#   plain-record        hp-serve recording an event after each kernel (no
+#                       runtime): what one more driver call per launch costs
+#   plain-write-host    hp-serve with a GPU write into registered host memory
+#                       after each kernel (no runtime), as HP completions
+#   plain-write-device  the same write into device memory
 #   tally               the default (completions in bursts) with --stats
 #                       (two timing events around each launch)
 #   tally-nostats       the default without --stats
@@ -26,6 +31,14 @@
 # With HP_MODEL=resnet50 or bert the service is benchmarks/torch/serve.py in
 # open loop (PYTHON picks the interpreter; RATE is then required: e.g. 0.3
 # of the closed-loop capacity that gpu-colocate.sh prints).
+# Where a stall comes from: hp-serve writes a trace per run (NAME.R.trace:
+# per request its arrival, and its latency split into late = queued or the
+# sender late, issue = the launch calls, wait = launches to done); a probe
+# (hiccup, a thread spinning on the clock) runs through all runs and logs
+# every gap over 500 us in which it did not run (OUT/hiccup.txt); each
+# run's steal time (/proc/stat) is kept; and --stats runs count the HP
+# launch calls with a part over 1 ms (hp_slow_calls). The report lists the
+# first stalls of each run with their parts and the probe's gaps in them.
 # Usage: scripts/gpu-hp-tail.sh [DIR]   (DIR default .carry/runtime)
 # Environment: RATE (default 2726 req/s, half of hp-serve's capacity on an
 # H100 with 8 kernels), KERNELS (8), RUN_SECONDS (20), ROUNDS (2), STALL_US
@@ -55,20 +68,44 @@ mkdir -p "$OUT"
 # On tmpfs: the GPU writes HP completions into the segment.
 TALLY_SHM_DIR=$(mktemp -d -p /dev/shm)
 export TALLY_SHM_DIR
-trap 'rm -rf "$TALLY_SHM_DIR"' EXIT
+
+# The stall probe, through every run (stopped at the end).
+HICCUP_PID=
+if [[ -x $R/hiccup ]]; then
+  "$R/hiccup" --seconds 86400 --threshold-us 500 > "$OUT/hiccup.txt" &
+  HICCUP_PID=$!
+fi
+trap 'rm -rf "$TALLY_SHM_DIR"; [[ -z $HICCUP_PID ]] || kill "$HICCUP_PID" 2>/dev/null' EXIT
+
+steal() { awk '$1 == "cpu" { print $9 }' /proc/stat; }
 
 run() {
   local name=$1 round=$2
   shift 2
   [[ -z ${VARIANTS:-} || " $VARIANTS " == *" $name "* ]] || return 0
-  local csv=$OUT/$name.$round.csv
-  if ! "$@" "${HP[@]}" --csv "$csv" > "$OUT/$name.$round.log" 2> "$OUT/$name.$round.err"; then
+  local csv=$OUT/$name.$round.csv trace=()
+  [[ -n ${HP_MODEL:-} ]] || trace=(--trace "$OUT/$name.$round.trace")
+  if [[ -z ${HP_MODEL:-} ]]; then
+    case $name in
+      *-record) trace+=(--record-each) ;;
+      *-write-host) trace+=(--write-each host) ;;
+      *-write-device) trace+=(--write-each device) ;;
+    esac
+  fi
+  local s0
+  s0=$(steal)
+  if ! "$@" "${HP[@]}" --csv "$csv" "${trace[@]}" > "$OUT/$name.$round.log" \
+    2> "$OUT/$name.$round.err"; then
     echo "gpu-hp-tail: $name (round $round) failed; see $OUT/$name.$round.err" >&2
   fi
+  echo $(($(steal) - s0)) > "$OUT/$name.$round.steal"
 }
 
 for ((r = 1; r <= ROUNDS; ++r)); do
   run plain "$r" env
+  run plain-record "$r" env
+  run plain-write-host "$r" env
+  run plain-write-device "$r" env
   run tally "$r" "$T" run --priority=high --stats="$OUT/tally.$r.json" --
   run tally-nostats "$r" "$T" run --priority=high --
   run tally-notiming "$r" env TALLY_STATS_TIMING=0 "$T" run --priority=high \
@@ -84,24 +121,98 @@ for ((r = 1; r <= ROUNDS; ++r)); do
   run tally-noschedule "$r" "$T" run --priority=high --no-schedule --
 done
 
+[[ -z $HICCUP_PID ]] || { kill "$HICCUP_PID" 2>/dev/null; wait "$HICCUP_PID" 2>/dev/null; }
+HICCUP_PID=
+
 python3 - "$OUT" "$STALL_US" <<'EOF'
-import glob, os, sys
+import glob, json, os, sys
 out, stall = sys.argv[1], float(sys.argv[2])
 def pct(s, p):
     return s[min(len(s) - 1, int(p * len(s)))]
-print("| run | requests | p50 us | p99 us | p99.9 us | max us | stalls over %.0f us |" % stall)
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+gaps, slow = [], []  # (start epoch, end epoch, us); end epochs of slow 10 ms windows
+try:
+    for l in open(os.path.join(out, "hiccup.txt")):
+        w = l.split()
+        if len(w) == 3 and w[0] == "gap":
+            end, us = float(w[1]), float(w[2])
+            gaps.append((end - us / 1e6, end, us))
+        elif len(w) == 3 and w[0] == "slow":
+            slow.append(float(w[1]))
+except OSError:
+    gaps = slow = None
+def read_trace(path):
+    start, rows = None, []
+    try:
+        for l in open(path):
+            if l.startswith("# start "):
+                start = float(l.split()[2])
+            elif l[:1].isdigit():
+                rows.append([float(x) for x in l.split(",")])
+    except OSError:
+        return None, []
+    return start, rows
+def slow_calls(path):
+    try:
+        j = json.load(open(path))["hp_slow_calls"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    parts = ["lookup", "lock", "driver", "completion"]
+    return " ".join("%s %d (%.0f)" % (p, j[p], j["longest_us"][p]) for p in parts)
+print("| run | requests | p50 us | p99 us | p99.9 us | max us | stalls over %.0f us | issue p50 / p99 us | steal ticks | probe's slow windows | slow launch calls: part count (longest us) |" % stall)
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+details = []
 for f in sorted(glob.glob(os.path.join(out, "*.csv"))):
     v = [float(l.split(",")[0]) for l in open(f) if l.strip() and not l.startswith("#")]
     if not v:
         continue
     s = sorted(v)
-    stalls, last = 0, -100
+    stalls, last = [], -100
     for i, x in enumerate(v):
         if x > stall:
-            stalls += i - last > 20
+            if i - last > 20:
+                stalls.append([i, i])
+            stalls[-1][1] = i
             last = i
     name = os.path.basename(f)[:-4]
-    print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %d |" % (
-        name, len(v), pct(s, .5), pct(s, .99), pct(s, .999), s[-1], stalls))
+    try:
+        st = open(f[:-4] + ".steal").read().strip()
+    except OSError:
+        st = "?"
+    start, rows = read_trace(f[:-4] + ".trace")
+    issue, windows = "", ""
+    if rows:
+        iss = sorted(r[3] for r in rows)
+        issue = "%.0f / %.0f" % (pct(iss, .5), pct(iss, .99))
+    if rows and start is not None and slow is not None:
+        end = start + rows[-1][0] + rows[-1][1] / 1e6
+        windows = str(sum(start <= t <= end for t in slow))
+    print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %d | %s | %s | %s | %s |" % (
+        name, len(v), pct(s, .5), pct(s, .99), pct(s, .999), s[-1], len(stalls), issue, st,
+        windows, slow_calls(f[:-4] + ".json")))
+    if start is None or len(rows) != len(v):
+        continue
+    for a, b in stalls[:6]:
+        seg = rows[a:b + 1]
+        t0 = start + seg[0][0]
+        t1 = start + max(r[0] + r[1] / 1e6 for r in seg)
+        worst, first = max(seg, key=lambda r: r[1]), seg[0]
+        g = "no probe" if gaps is None else (", ".join(
+            "%.1f ms" % (us / 1e3) for gs, ge, us in gaps if ge >= t0 and gs <= t1) or "none") + \
+            "; %d slow windows" % sum(t0 <= t <= t1 + 0.01 for t in slow)
+        details.append("| %s | %.3f | %d | %.2f | %.2f | %.2f | %.2f | %s |" % (
+            name, seg[0][0], b - a + 1, worst[1] / 1e3, first[2] / 1e3, first[3] / 1e3,
+            first[4] / 1e3, g))
+if details:
+    print()
+    print("Stalls (first 6 per run): the longest latency in it; the parts of its first request "
+          "(the one the stall hit; later ones queue behind it); the probe's gaps over 500 us "
+          "within it:")
+    print()
+    print("| run | at s | requests spanned | longest ms | first: late ms | issue ms | wait ms | probe |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("\n".join(details))
+if gaps is not None:
+    print()
+    print("Probe: %d gaps over 500 us, longest %.1f ms; %d windows of 10 ms that lost over 1 ms" % (
+        len(gaps), max((g[2] for g in gaps), default=0) / 1e3, len(slow)))
 EOF

@@ -62,6 +62,8 @@ nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/driver-lock-probe.cu -o $R/drive
 nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/driver-call-costs.cu -o $R/driver-call-costs -lcuda
 # Co-location (scripts/gpu-colocate.sh): the HP service, the BE spinner
 # plain and transformed, the one-process stream-priority baseline.
+# The stall probe beside the HP tail runs (scripts/gpu-hp-tail.sh).
+c++ -O2 -std=c++17 benchmarks/gpu/hiccup.cpp -o $R/hiccup
 for b in hp-serve colocate-streams; do
   nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/$b.cu -o $R/$b
 done

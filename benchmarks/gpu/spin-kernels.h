@@ -25,6 +25,7 @@
 //   be: checksum HEX work W blocks N threads T
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -286,7 +287,10 @@ struct HpOptions {
   long long Warmup = 50;
   double Drain = 2; // seconds after the window to finish late requests
   std::string Csv;
+  std::string Trace; // per request: when, and where its time went
   bool SpinWait = false;
+  bool RecordEach = false; // an event recorded after each kernel
+  int WriteEach = 0; // 1: a GPU write to registered host memory after each kernel; 2: to device memory
   StreamPriority Priority = StreamPriority::Default;
 };
 
@@ -306,8 +310,19 @@ struct HpOptions {
   "                      are counted unserved, their latency a lower bound\n"  \
   "                      (default 2)\n"                                        \
   "  --csv FILE          write every latency (us) to FILE, one per line\n"     \
+  "  --trace FILE        with --rate: write per request (CSV with a header)\n" \
+  "                      its arrival (s after the start), latency, and its\n" \
+  "                      parts (us): late (arrival to send: queued behind\n"  \
+  "                      the previous request, or the sender oversleeping),\n" \
+  "                      issue (the launch calls), wait (launches to done)\n" \
   "  --spin-wait         poll cudaEventQuery instead of\n"                     \
-  "                      cudaStreamSynchronize\n"
+  "                      cudaStreamSynchronize\n"                              \
+  "  --record-each       record an event after each kernel (a driver call\n"  \
+  "                      per launch, as the runtime's HP completions make)\n" \
+  "  --write-each WHERE  after each kernel the stream writes a number\n"       \
+  "                      (cuStreamWriteValue64) into WHERE: host (registered\n" \
+  "                      host memory, as the runtime's HP completions) or\n"  \
+  "                      device memory\n"
 
 /// Parses the HP option at R into O; false if the name is not one.
 [[maybe_unused]] static bool parseHpOption(ArgReader &R, HpOptions &O) {
@@ -333,6 +348,16 @@ struct HpOptions {
     O.Drain = R.number(0, 1e6);
   else if (R.is("--csv"))
     O.Csv = R.value();
+  else if (R.is("--trace"))
+    O.Trace = R.value();
+  else if (R.flag("--record-each"))
+    O.RecordEach = true;
+  else if (R.is("--write-each")) {
+    std::string W = R.value();
+    if (W != "host" && W != "device")
+      die("--write-each wants host or device, not '%s'", W.c_str());
+    O.WriteEach = W == "host" ? 1 : 2;
+  }
   else if (R.flag("--spin-wait"))
     O.SpinWait = true;
   else
@@ -358,13 +383,49 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
   unsigned *Buf;
   CK(cudaMalloc(&Buf, sizeof(unsigned) * kSpinWords * (size_t)Blocks));
   CK(cudaMemset(Buf, 0, sizeof(unsigned) * kSpinWords * (size_t)Blocks));
-  cudaEvent_t Done;
+  cudaEvent_t Done, Each;
   CK(cudaEventCreateWithFlags(&Done, cudaEventDisableTiming));
+  CK(cudaEventCreateWithFlags(&Each, cudaEventDisableTiming));
   CK(cudaDeviceSynchronize());
 
+  // --write-each: the driver's stream write, and where it writes.
+  using WriteFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
+  WriteFn Write = nullptr;
+  CUdeviceptr WriteAt = 0;
+  void *HostWord = nullptr;
+  unsigned long long Written = 0;
+  if (O.WriteEach) {
+    cudaDriverEntryPointQueryResult Q;
+    CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64",
+                                        reinterpret_cast<void **>(&Write), 12000,
+                                        cudaEnableDefault, &Q));
+    if (!Write || Q != cudaDriverEntryPointSuccess)
+      die("no cuStreamWriteValue64 in this driver");
+    if (O.WriteEach == 1) {
+      HostWord = std::aligned_alloc(4096, 4096);
+      if (!HostWord)
+        die("out of memory");
+      std::memset(HostWord, 0, 4096);
+      CK(cudaHostRegister(HostWord, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
+      void *Dev = nullptr;
+      CK(cudaHostGetDevicePointer(&Dev, HostWord, 0));
+      WriteAt = reinterpret_cast<CUdeviceptr>(Dev);
+    } else {
+      void *Dev = nullptr;
+      CK(cudaMalloc(&Dev, 4096));
+      WriteAt = reinterpret_cast<CUdeviceptr>(Dev);
+    }
+  }
+  Clock::time_point Issued; // when the last launch call returned
   auto Request = [&] {
-    for (int K = 0; K < O.Kernels; ++K)
+    for (int K = 0; K < O.Kernels; ++K) {
       spinBlocks<<<Blocks, O.Threads, 0, S>>>(Buf, Ns);
+      if (O.RecordEach)
+        CK(cudaEventRecord(Each, S));
+      if (Write && Write(S, WriteAt, ++Written, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+        die("cuStreamWriteValue64 failed");
+    }
+    Issued = Clock::now();
     CK(cudaGetLastError());
     if (O.SpinWait) {
       CK(cudaEventRecord(Done, S));
@@ -381,6 +442,12 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
     Request();
 
   std::vector<double> Lat; // microseconds
+  struct TraceRow {
+    double At, Late, Issue, Wait; // seconds after T0; microseconds
+  };
+  std::vector<TraceRow> Trace;
+  if (!O.Trace.empty())
+    Trace.reserve(Lat.capacity());
   Lat.reserve(O.Requests
                   ? (size_t)O.Requests
                   : (size_t)std::min(
@@ -416,9 +483,12 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
         break;
       }
       waitUntil(Arrival);
+      Clock::time_point Send = Clock::now();
       Request();
       Last = Clock::now();
       Lat.push_back(Us(Arrival, Last));
+      if (!O.Trace.empty())
+        Trace.push_back({Next, Us(Arrival, Send), Us(Send, Issued), Us(Issued, Last)});
       Next += Gap(Rng);
     }
   } else {
@@ -436,6 +506,13 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
   double EndEpoch = StartEpoch + Window;
   CK(cudaDeviceSynchronize());
   CK(cudaEventDestroy(Done));
+  CK(cudaEventDestroy(Each));
+  if (HostWord) {
+    CK(cudaHostUnregister(HostWord));
+    std::free(HostWord);
+  } else if (WriteAt) {
+    CK(cudaFree(reinterpret_cast<void *>(WriteAt)));
+  }
   CK(cudaFree(Buf));
 
   std::vector<double> Sorted = Lat;
@@ -450,7 +527,7 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
   char Settings[512];
   std::snprintf(Settings, sizeof Settings,
                 "block-us %g blocks %d kernels %d threads %d rate %g (%s, seed %llu) "
-                "%s %g warmup %lld drain %g stream-priority %s wait %s "
+                "%s %g warmup %lld drain %g stream-priority %s wait %s%s%s "
                 "device %s",
                 O.BlockUs, Blocks, O.Kernels, O.Threads, O.Rate,
                 O.Rate > 0 ? "poisson" : "closed loop",
@@ -458,7 +535,9 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
                 O.Requests ? "requests" : "duration",
                 O.Requests ? (double)O.Requests : O.Duration,
                 (long long)O.Warmup, O.Drain, priorityName(O.Priority),
-                O.SpinWait ? "spin" : "sync", Dev.Name.c_str());
+                O.SpinWait ? "spin" : "sync", O.RecordEach ? " record-each" : "",
+                O.WriteEach == 1 ? " write-each host" : O.WriteEach == 2 ? " write-each device" : "",
+                Dev.Name.c_str());
 
   if (!O.Csv.empty()) {
     FILE *F = std::fopen(O.Csv.c_str(), "w");
@@ -474,6 +553,20 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
       std::fprintf(F, "%.3f\n", V);
     if (std::fclose(F) != 0)
       die("cannot write %s: %s", O.Csv.c_str(), std::strerror(errno));
+  }
+
+  if (!O.Trace.empty()) {
+    FILE *F = std::fopen(O.Trace.c_str(), "w");
+    if (!F)
+      die("cannot write %s: %s", O.Trace.c_str(), std::strerror(errno));
+    std::fprintf(F, "# settings %s\n", Settings);
+    std::fprintf(F, "# start %.6f (epoch seconds of arrival 0)\n", StartEpoch);
+    std::fprintf(F, "at_s,latency_us,late_us,issue_us,wait_us\n");
+    for (const TraceRow &T : Trace)
+      std::fprintf(F, "%.6f,%.3f,%.3f,%.3f,%.3f\n", T.At, T.Late + T.Issue + T.Wait, T.Late,
+                   T.Issue, T.Wait);
+    if (std::fclose(F) != 0)
+      die("cannot write %s: %s", O.Trace.c_str(), std::strerror(errno));
   }
 
   std::printf("hp: settings %s\n", Settings);

@@ -572,13 +572,14 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   Impl &S = *I;
   if (S.Shut.load(std::memory_order_acquire))
     return Original();
+  const bool Hp = S.Cfg.Prio == Priority::High;
+  const uint64_t EnteredNs = Hp ? monotonicNs() : 0;
   S.registerExit();
   KernelEntry *K = S.lookup(A.F);
   // Scheduling across processes (not with random preemption, a check of
   // the mechanism on its own): HP launches are announced, BE launches are
   // decided by the policy in launchBe.
   bool Sched = S.Cfg.Schedule && !S.Cfg.RandomPreemptions;
-  bool Hp = S.Cfg.Prio == Priority::High;
   // A BE process with no HP activity to protect runs originals untracked:
   // decided without capture checks or context lookups (mode cached for a
   // few microseconds).
@@ -619,7 +620,7 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   CUresult R = CUDA_SUCCESS;
   bool Done = false;
   if (Sched && Hp && F == Form::Original) {
-    R = S.launchHp(A, Original, C, Stream, Capturing);
+    R = S.launchHp(A, Original, C, Stream, Capturing, EnteredNs);
     Done = true;
   } else if (Sched && !Hp && C) {
     S.coordinate(*C);
@@ -647,6 +648,7 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
   count(What);
   if (S.Shut.load(std::memory_order_acquire) || !S.Cfg.Schedule || S.Cfg.RandomPreemptions)
     return Original();
+  const uint64_t EnteredNs = S.Cfg.Prio == Priority::High ? monotonicNs() : 0;
   if (!Stream)
     Stream = PerThreadStream ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
   CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -654,7 +656,7 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
                    St != CU_STREAM_CAPTURE_STATUS_NONE;
   ContextState *C = Capturing ? nullptr : S.context();
   if (S.Cfg.Prio == Priority::High)
-    return S.launchHp(LaunchArgs{}, Original, C, Stream, Capturing);
+    return S.launchHp(LaunchArgs{}, Original, C, Stream, Capturing, EnteredNs);
   if (!C)
     return Original();
   S.coordinate(*C);

@@ -217,12 +217,17 @@ struct Coordination {
     CUevent E = nullptr;
   } HpPending;
   uint64_t HpLastWriteNs = 0;
+  /// When the latest HP launch was made (read by the runtime thread
+  /// without the lock: it writes a burst's last completion only once
+  /// launches have stopped for half a burst).
+  std::atomic<uint64_t> HpLastLaunchNs{0};
   /// The context whose internal stream took the last completion write:
   /// a write from another context is ordered after it (under HpIssueMu).
   ContextState *HpLastWriteCtx = nullptr;
   std::thread BurstFlusher;
-  /// A burst has a pending completion: the runtime thread naps for half a
-  /// burst instead of sleeping (set under HpIssueMu; HpFlushCv wakes it).
+  /// A burst has a pending completion: the runtime thread waits for the
+  /// launches to stop instead of sleeping (set under HpIssueMu; HpFlushCv
+  /// wakes it).
   std::atomic<bool> HpFlushWanted{false}, HpFlushStop{false};
   std::mutex HpFlushMu;
   std::condition_variable HpFlushCv;
@@ -245,6 +250,19 @@ struct Coordination {
   std::atomic<uint64_t> FreeCheckedNs{0};
   /// HP: completion writes issued (side, gpu and burst paths).
   std::atomic<uint64_t> HpWrites{0};
+  /// HP: launch calls that spent over HpSlowNs in one part of the hook
+  /// (a stall of the service shows where it was spent), and each part's
+  /// longest time.
+  enum HpPart { HpLookup, HpLock, HpDriver, HpCompletion, HpParts };
+  static constexpr uint64_t HpSlowNs = 1'000'000;
+  std::atomic<uint64_t> HpSlow[HpParts] = {}, HpSlowest[HpParts] = {};
+  void noteHpPart(HpPart P, uint64_t Ns) {
+    if (Ns >= HpSlowNs)
+      HpSlow[P].fetch_add(1, std::memory_order_relaxed);
+    uint64_t M = HpSlowest[P].load(std::memory_order_relaxed);
+    while (Ns > M && !HpSlowest[P].compare_exchange_weak(M, Ns, std::memory_order_relaxed))
+      ;
+  }
   std::atomic<uint64_t> HpLaunches{0}, HpHostCompletions{0}, FullSpeed{0}, Holds{0}, HeldNs{0},
       Preemptions{0}, Measured{0}, Discarded{0};
   /// BE launches that could not be stopped when HP arrived (originals,
@@ -408,8 +426,10 @@ struct Runtime::Impl {
   bool observeBusy(Policy::Mode *Mode, bool *Widen = nullptr);
   /// Is this BE process in Free mode? (Cached for FreeCacheNs.)
   bool freeMode();
+  /// EnteredNs: when the hook was entered (0: not measured), for the
+  /// slow-call accounting.
   CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,
-                    bool Capturing);
+                    bool Capturing, uint64_t EnteredNs);
   CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
                     CUstream S, Form &F);
   /// Holds until this context's BE launches (the last one, and the queued

@@ -357,8 +357,25 @@ void CUDA_CB hostCompleted(void *P) {
 }
 } // namespace
 
+namespace {
+/// Notes the time from its start to its end as one part of an HP launch.
+class HpPartTimer {
+public:
+  HpPartTimer(Coordination &Co, Coordination::HpPart P, uint64_t Start)
+      : Co(Co), P(P), Start(Start) {}
+  ~HpPartTimer() { Co.noteHpPart(P, monotonicNs() - Start); }
+  HpPartTimer(const HpPartTimer &) = delete;
+  HpPartTimer &operator=(const HpPartTimer &) = delete;
+
+private:
+  Coordination &Co;
+  Coordination::HpPart P;
+  uint64_t Start;
+};
+} // namespace
+
 CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C,
-                                 CUstream S, bool Capturing) {
+                                 CUstream S, bool Capturing, uint64_t EnteredNs) {
   (void)A;
   if (C)
     coordinate(*C);
@@ -366,12 +383,29 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   // announced (a completion written from a graph would be stale).
   if (!Co.Usable || Capturing)
     return Original();
+  uint64_t Entered = monotonicNs();
+  if (EnteredNs && Entered >= EnteredNs)
+    Co.noteHpPart(Coordination::HpLookup, Entered - EnteredNs);
   // From the number to the completion write, one launch at a time: on the
   // internal stream the writes then come in number order, so the word
   // only grows and N means every launch up to N ended (launches on several
   // streams or threads included).
-  std::lock_guard<std::recursive_mutex> Issue(Co.HpIssueMu);
+  //
+  // The lock is taken spinning first: the runtime thread holds it for a
+  // few driver calls, and sleeping on it would cost this thread a wake-up
+  // (tens of microseconds on a virtual machine's busy host; a stall while
+  // the host runs something else).
+  std::unique_lock<std::recursive_mutex> Issue(Co.HpIssueMu, std::defer_lock);
+  for (unsigned Spin = 0; !Issue.try_lock(); ++Spin)
+    if (Spin < 4096)
+      cpuRelax();
+    else {
+      Issue.lock();
+      break;
+    }
   uint64_t LaunchedAt = monotonicNs();
+  Co.HpLastLaunchNs.store(LaunchedAt, std::memory_order_relaxed);
+  Co.noteHpPart(Coordination::HpLock, LaunchedAt - Entered);
   uint64_t Seq = Co.Seg->hpLaunch(LaunchedAt);
   if (Seq && Co.LaunchNs) {
     Co.LaunchNs[Seq & (Coordination::RingSize - 1)].store(LaunchedAt, std::memory_order_relaxed);
@@ -381,6 +415,9 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
       ;
   }
   CUresult R = Original();
+  uint64_t Returned = monotonicNs();
+  Co.noteHpPart(Coordination::HpDriver, Returned - LaunchedAt);
+  HpPartTimer Completion(Co, Coordination::HpCompletion, Returned);
   if (!Seq)
     return R; // no slot right now (reclaimed while stalled): not announced
   Co.HpLaunches.fetch_add(1, std::memory_order_relaxed);
@@ -543,33 +580,49 @@ void Runtime::Impl::flushPendingLocked() {
   Co.Seg->hpFinished(P.Seq);
 }
 
+/// HP, burst: writes a burst's last completion once its launches have
+/// stopped for half a burst. While they go on, the launching thread writes
+/// one every burst itself; this thread stays off the issue lock and the
+/// driver then, so the service's thread never waits for it (a wait is a
+/// sleep and a wake-up, a stall when the host is busy). It takes the lock
+/// only if free, and tries again shortly if not.
 void Runtime::Impl::burstFlushLoop() {
-  const uint64_t Burst = Cfg.HpBurstUs * 1000;
-  const auto Nap = std::chrono::microseconds(std::max<uint64_t>(Cfg.HpBurstUs / 2, 20));
+  const uint64_t Quiet = std::max<uint64_t>(Cfg.HpBurstUs / 2, 20) * 1000;
   std::unique_lock<std::mutex> G(Co.HpFlushMu);
+  auto Since = [&] {
+    uint64_t Now = monotonicNs(), Last = Co.HpLastLaunchNs.load(std::memory_order_relaxed);
+    return Now > Last ? Now - Last : 0;
+  };
   while (!Co.HpFlushStop.load(std::memory_order_acquire)) {
-    // Half a burst while one is pending; otherwise until a launch wants us
-    // (5 ms at most: a wake-up lost between the check and the wait costs
-    // no more than that).
-    if (Co.HpFlushWanted.load(std::memory_order_acquire))
-      Co.HpFlushCv.wait_for(G, Nap);
-    else
+    if (!Co.HpFlushWanted.load(std::memory_order_acquire)) {
+      // Until a launch wants us (5 ms at most: a wake-up lost between the
+      // check and the wait costs no more than that).
       Co.HpFlushCv.wait_for(G, std::chrono::milliseconds(5));
-    if (Co.HpFlushStop.load(std::memory_order_acquire))
-      break;
-    if (!Co.HpFlushWanted.load(std::memory_order_acquire))
       continue;
+    }
+    uint64_t Quieted = Since();
+    if (Quieted < Quiet) {
+      Co.HpFlushCv.wait_for(G, std::chrono::nanoseconds(Quiet - Quieted));
+      continue;
+    }
     G.unlock();
+    bool Busy = true;
     {
-      std::lock_guard<std::recursive_mutex> Issue(Co.HpIssueMu);
-      if (!Co.HpPending.Seq) {
-        Co.HpFlushWanted.store(false, std::memory_order_release);
-      } else if (monotonicNs() - Co.HpLastWriteNs >= Burst) {
-        flushPendingLocked();
-        Co.HpFlushWanted.store(false, std::memory_order_release);
+      std::unique_lock<std::recursive_mutex> Issue(Co.HpIssueMu, std::try_to_lock);
+      if (Issue.owns_lock()) {
+        Busy = false;
+        if (!Co.HpPending.Seq) {
+          Co.HpFlushWanted.store(false, std::memory_order_release);
+        } else if (Since() >= Quiet) {
+          flushPendingLocked();
+          Co.HpLastWriteNs = 0; // the burst is over: the next launch is written
+          Co.HpFlushWanted.store(false, std::memory_order_release);
+        }
       }
     }
     G.lock();
+    if (Busy) // a launch is being made: the burst goes on
+      Co.HpFlushCv.wait_for(G, std::chrono::nanoseconds(Quiet));
   }
 }
 

@@ -198,6 +198,23 @@ void Runtime::Impl::writeStats() {
                                   : "completions from the host",
                    (unsigned long long)Co.HpWrites.load(),
                    Cfg.HpCompletion == CompletionPath::Burst ? ", one per burst" : "");
+      uint64_t Slow = 0;
+      for (const auto &N : Co.HpSlow)
+        Slow += N.load();
+      if (Slow)
+        std::fprintf(E,
+                     "tally: HP launch calls with a part over %llu us: %llu in the lookup "
+                     "(longest %.1f us), %llu waiting for the issue lock (%.1f us), %llu in the "
+                     "driver's launch (%.1f us), %llu reporting the completion (%.1f us)\n",
+                     (unsigned long long)(Coordination::HpSlowNs / 1000),
+                     (unsigned long long)Co.HpSlow[Coordination::HpLookup].load(),
+                     Co.HpSlowest[Coordination::HpLookup].load() / 1e3,
+                     (unsigned long long)Co.HpSlow[Coordination::HpLock].load(),
+                     Co.HpSlowest[Coordination::HpLock].load() / 1e3,
+                     (unsigned long long)Co.HpSlow[Coordination::HpDriver].load(),
+                     Co.HpSlowest[Coordination::HpDriver].load() / 1e3,
+                     (unsigned long long)Co.HpSlow[Coordination::HpCompletion].load(),
+                     Co.HpSlowest[Coordination::HpCompletion].load() / 1e3);
       if (!Turn.empty())
         std::fprintf(E,
                      "tally: HP turnaround (launch call to completion seen) over %zu launches: "
@@ -275,6 +292,18 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Px.FromCache, Px.CachedMs, Px.MadeMs,
                (unsigned long long)Px.Refused, (unsigned long long)Px.Failed,
                (unsigned long long)Px.Rejected, (unsigned long long)Px.SecondInLink);
+  {
+    const char *Names[] = {"lookup", "lock", "driver", "completion"};
+    static_assert(sizeof Names / sizeof *Names == Coordination::HpParts, "one name a part");
+    std::fprintf(J, "\n  \"hp_slow_calls\": {\"over_us\": %llu",
+                 (unsigned long long)(Coordination::HpSlowNs / 1000));
+    for (int P = 0; P < Coordination::HpParts; ++P)
+      std::fprintf(J, ", \"%s\": %llu", Names[P], (unsigned long long)Co.HpSlow[P].load());
+    std::fprintf(J, ", \"longest_us\": {");
+    for (int P = 0; P < Coordination::HpParts; ++P)
+      std::fprintf(J, "%s\"%s\": %.3f", P ? ", " : "", Names[P], Co.HpSlowest[P].load() / 1e3);
+    std::fprintf(J, "}},");
+  }
   std::fprintf(J,
                "\n  \"scheduler\": {\"enabled\": %s, \"mps\": %s, \"hp_launches\": %llu, "
                "\"hp_host_completions\": %llu, \"hp_completion_writes\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "

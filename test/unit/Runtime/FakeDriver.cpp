@@ -222,8 +222,15 @@ std::vector<unsigned char> packParams(FKernel *K, void **Params, void **Extra) {
   return B;
 }
 
+/// fake_launch_delay_us: every launch call takes this long (a driver that
+/// stalls the caller).
+static std::atomic<unsigned> LaunchDelayUs{0};
+FAKE void fake_launch_delay_us(unsigned Us) { LaunchDelayUs = Us; }
+
 CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsigned Gz,
                 unsigned Bx, CUstream St, void **Params, void **Extra) {
+  if (unsigned Us = LaunchDelayUs.load())
+    std::this_thread::sleep_for(std::chrono::microseconds(Us));
   std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   FKernel *K = asKernel(F);

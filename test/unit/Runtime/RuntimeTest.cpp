@@ -51,6 +51,7 @@ void fake_log_clear();
 size_t fake_log_count(const char *Prefix, const char *Sub);
 void fake_hold_events(int On);
 void fake_hold_ptb(int On);
+void fake_launch_delay_us(unsigned Us);
 void fake_sync();
 unsigned fake_open_ptb_launches();
 void fake_release_destroys();
@@ -1090,6 +1091,17 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
   EXPECT_EQ(V.HpProcesses, 1u);
   EXPECT_EQ(V.Arrivals, 3u);
   EXPECT_FALSE(V.Active);
+}
+
+// A launch call that stalls in the driver is counted as a slow HP call,
+// in the driver's part (its ctest entry checks the statistics' line).
+TEST(ScheduleHpSlow, ASlowDriverLaunchIsCounted) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  fake_launch_delay_us(3000);
+  launchThreeAsHp("hp_slow");
+  fake_launch_delay_us(0);
+  EXPECT_EQ(Other->hpView(tally::rt::monotonicNs()).Arrivals, 3u);
 }
 
 // TALLY_HP_COMPLETION=none (its ctest entry), a diagnostic: launches are

@@ -158,6 +158,11 @@ set_tests_properties(runtime-schedule-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_STATS_TURNAROUND=1;TALLY_HP_COMPLETION=side"
   PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 3 launches"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-hp-slow COMMAND RuntimeTests --gtest_filter=ScheduleHpSlow.*)
+set_tests_properties(runtime-schedule-hp-slow PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-slow;TALLY_PRIORITY=high;TALLY_STATS=1"
+  PASS_REGULAR_EXPRESSION "HP launch calls with a part over 1000 us: [0-9]+ in the lookup \\(longest [0-9.]+ us\\), [0-9]+ waiting for the issue lock \\([0-9.]+ us\\), 3 in the driver's launch \\((29[0-9][0-9]|[3-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]+)\\.[0-9] us\\)"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-none COMMAND RuntimeTests --gtest_filter=ScheduleHpNone.NoneReportsNothing)
 set_tests_properties(runtime-schedule-hp-none PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-none;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_HP_COMPLETION=none"
