@@ -17,7 +17,9 @@
 // Besides launches, module loads and context teardown, the calls of
 // BlockingCalls.def are wrapped: they pass through unchanged, marked as
 // "a program thread is in a call that may wait holding the driver's lock"
-// for the preemptor (Launcher.cpp). Nothing else happens here.
+// for the preemptor (Launcher.cpp); and those of WaitCalls.def, where an
+// HP process issues its pending completion write before the program
+// waits. Nothing else happens here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,6 +88,9 @@ enum Hook {
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) H_##N, H_##N##_ptsz,
 #define TALLY_ONE(N, B, V0, V1, P, A) H_##N,
 #include "BlockingCalls.def"
+#define TALLY_WAIT(N, B, V0, V1, P, A) H_##N, H_##N##_ptsz,
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A) H_##N,
+#include "WaitCalls.def"
   NumHooks
 };
 
@@ -106,9 +111,13 @@ const char *const ExportedName[NumHooks] = {
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) #N, #N "_ptsz",
 #define TALLY_ONE(N, B, V0, V1, P, A) #N,
 #include "BlockingCalls.def"
+#define TALLY_WAIT(N, B, V0, V1, P, A) #N, #N "_ptsz",
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A) #N,
+#include "WaitCalls.def"
 };
 
-/// The calls of BlockingCalls.def as cuGetProcAddress names them.
+/// The calls of BlockingCalls.def and WaitCalls.def as cuGetProcAddress
+/// names them.
 struct BlockingProc {
   const char *Base;
   int MinVersion, MaxVersion;
@@ -119,6 +128,9 @@ const BlockingProc BlockingProcs[] = {
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) {#B, V0, V1, H_##N, H_##N##_ptsz},
 #define TALLY_ONE(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N},
 #include "BlockingCalls.def"
+#define TALLY_WAIT(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N##_ptsz},
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N},
+#include "WaitCalls.def"
 };
 
 std::atomic<void *> Real[NumHooks];
@@ -682,6 +694,26 @@ __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxReset_v2(CUdev
 #include "BlockingCalls.def"
 #undef TALLY_BLOCKING_BODY
 
+// The calls of WaitCalls.def: the program is about to wait for its work;
+// an HP process issues its pending completion write first.
+#define TALLY_WAIT_BODY(H, Self, A)                                                         \
+  {                                                                                         \
+    auto Fn = real<decltype(&Self)>(H);                                                     \
+    if (!Fn)                                                                                \
+      return CUDA_ERROR_NOT_INITIALIZED;                                                    \
+    if (Runtime *RT = Runtime::get())                                                       \
+      RT->waitPoint();                                                                      \
+    return Fn A;                                                                            \
+  }
+#define TALLY_WAIT(N, B, V0, V1, P, A)                                                      \
+  __attribute__((visibility("default"))) CUresult N P TALLY_WAIT_BODY(H_##N, N, A)           \
+  __attribute__((visibility("default"))) CUresult N##_ptsz P                                \
+      TALLY_WAIT_BODY(H_##N##_ptsz, N##_ptsz, A)
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A)                                                  \
+  __attribute__((visibility("default"))) CUresult N P TALLY_WAIT_BODY(H_##N, N, A)
+#include "WaitCalls.def"
+#undef TALLY_WAIT_BODY
+
 } // extern "C"
 
 
@@ -716,5 +748,9 @@ void *const Ours[NumHooks] = {
   reinterpret_cast<void *>(&N), reinterpret_cast<void *>(&N##_ptsz),
 #define TALLY_ONE(N, B, V0, V1, P, A) reinterpret_cast<void *>(&N),
 #include "BlockingCalls.def"
+#define TALLY_WAIT(N, B, V0, V1, P, A)                                                      \
+  reinterpret_cast<void *>(&N), reinterpret_cast<void *>(&N##_ptsz),
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A) reinterpret_cast<void *>(&N),
+#include "WaitCalls.def"
 };
 } // namespace

@@ -423,6 +423,16 @@ void Runtime::streamGoing(CUstream S) {
     I->flushPendingLocked();
 }
 
+void Runtime::waitPoint() {
+  Coordination &Co = I->Co;
+  if (!Co.HpFlushWanted.load(std::memory_order_acquire))
+    return;
+  std::unique_lock<std::recursive_mutex> G = I->lockIssue();
+  if (Co.HpPending.Seq)
+    I->flushPendingLocked();
+  Co.HpFlushWanted.store(false, std::memory_order_release);
+}
+
 void Runtime::contextGoing(CUcontext Ctx) {
   {
     std::lock_guard<std::recursive_mutex> G(I->Co.HpIssueMu);

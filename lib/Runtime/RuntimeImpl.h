@@ -225,9 +225,9 @@ struct Coordination {
   /// a write from another context is ordered after it (under HpIssueMu).
   ContextState *HpLastWriteCtx = nullptr;
   std::thread BurstFlusher;
-  /// A burst has a pending completion: the runtime thread waits for the
-  /// launches to stop instead of sleeping (set under HpIssueMu; HpFlushCv
-  /// wakes it).
+  /// A burst has a pending completion, for the program's next wait
+  /// (Runtime::waitPoint) or the runtime thread (set under HpIssueMu;
+  /// HpFlushCv wakes that thread only to stop it).
   std::atomic<bool> HpFlushWanted{false}, HpFlushStop{false};
   std::mutex HpFlushMu;
   std::condition_variable HpFlushCv;
@@ -426,6 +426,11 @@ struct Runtime::Impl {
   bool observeBusy(Policy::Mode *Mode, bool *Widen = nullptr);
   /// Is this BE process in Free mode? (Cached for FreeCacheNs.)
   bool freeMode();
+  /// HP: Co.HpIssueMu taken by a program thread, spinning first (the
+  /// runtime thread holds it for a few driver calls; sleeping on it would
+  /// cost a wake-up: tens of microseconds on a busy virtual machine host,
+  /// a stall when the host runs something else meanwhile).
+  std::unique_lock<std::recursive_mutex> lockIssue();
   /// EnteredNs: when the hook was entered (0: not measured), for the
   /// slow-call accounting.
   CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,

@@ -374,6 +374,18 @@ private:
 };
 } // namespace
 
+std::unique_lock<std::recursive_mutex> Runtime::Impl::lockIssue() {
+  std::unique_lock<std::recursive_mutex> Issue(Co.HpIssueMu, std::defer_lock);
+  for (unsigned Spin = 0; !Issue.try_lock(); ++Spin)
+    if (Spin < 4096)
+      cpuRelax();
+    else {
+      Issue.lock();
+      break;
+    }
+  return Issue;
+}
+
 CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C,
                                  CUstream S, bool Capturing, uint64_t EnteredNs) {
   (void)A;
@@ -390,19 +402,7 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   // internal stream the writes then come in number order, so the word
   // only grows and N means every launch up to N ended (launches on several
   // streams or threads included).
-  //
-  // The lock is taken spinning first: the runtime thread holds it for a
-  // few driver calls, and sleeping on it would cost this thread a wake-up
-  // (tens of microseconds on a virtual machine's busy host; a stall while
-  // the host runs something else).
-  std::unique_lock<std::recursive_mutex> Issue(Co.HpIssueMu, std::defer_lock);
-  for (unsigned Spin = 0; !Issue.try_lock(); ++Spin)
-    if (Spin < 4096)
-      cpuRelax();
-    else {
-      Issue.lock();
-      break;
-    }
+  std::unique_lock<std::recursive_mutex> Issue = lockIssue();
   uint64_t LaunchedAt = monotonicNs();
   Co.HpLastLaunchNs.store(LaunchedAt, std::memory_order_relaxed);
   Co.noteHpPart(Coordination::HpLock, LaunchedAt - Entered);
@@ -460,8 +460,11 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
       CUevent E = Co.HpPending.Seq ? Co.HpPending.E : acquireEvent(*C, false);
       if (E && D.cuEventRecord(E, S) == CUDA_SUCCESS) {
         Co.HpPending = {Seq, S, C, E};
-        if (!Co.HpFlushWanted.exchange(true, std::memory_order_acq_rel))
-          Co.HpFlushCv.notify_one();
+        // Written at the program's next wait (WaitCalls.def), or by the
+        // runtime thread, which looks every millisecond (not woken: a
+        // wake-up per request is what a busy host delays).
+        if (!Co.HpFlushWanted.load(std::memory_order_relaxed))
+          Co.HpFlushWanted.store(true, std::memory_order_release);
         return R;
       }
       if (E && !Co.HpPending.Seq) {
@@ -580,37 +583,33 @@ void Runtime::Impl::flushPendingLocked() {
   Co.Seg->hpFinished(P.Seq);
 }
 
-/// HP, burst: writes a burst's last completion once its launches have
-/// stopped for half a burst. While they go on, the launching thread writes
-/// one every burst itself; this thread stays off the issue lock and the
-/// driver then, so the service's thread never waits for it (a wait is a
-/// sleep and a wake-up, a stall when the host is busy). It takes the lock
-/// only if free, and tries again shortly if not.
+/// HP, burst: writes a burst's last completion when the program did not
+/// wait for it (a wait writes it at once: Runtime::waitPoint), once its
+/// launches have stopped for half a burst. It looks every millisecond
+/// while HP launches come (every 10 ms after 100 ms without one) and is
+/// never woken by a launch: a wake-up per request is what a busy virtual
+/// machine host delays, and delays the service with it. While launches go
+/// on, the launching thread writes one every burst itself; this thread
+/// takes the issue lock only if it is free (a launch is being made
+/// otherwise: the burst goes on), so the service never waits for it.
 void Runtime::Impl::burstFlushLoop() {
   const uint64_t Quiet = std::max<uint64_t>(Cfg.HpBurstUs / 2, 20) * 1000;
+  const uint64_t Often = std::max<uint64_t>(Quiet, 1'000'000), Seldom = 10 * Often;
   std::unique_lock<std::mutex> G(Co.HpFlushMu);
   auto Since = [&] {
     uint64_t Now = monotonicNs(), Last = Co.HpLastLaunchNs.load(std::memory_order_relaxed);
     return Now > Last ? Now - Last : 0;
   };
   while (!Co.HpFlushStop.load(std::memory_order_acquire)) {
-    if (!Co.HpFlushWanted.load(std::memory_order_acquire)) {
-      // Until a launch wants us (5 ms at most: a wake-up lost between the
-      // check and the wait costs no more than that).
-      Co.HpFlushCv.wait_for(G, std::chrono::milliseconds(5));
+    Co.HpFlushCv.wait_for(G, std::chrono::nanoseconds(Since() < 100'000'000 ? Often : Seldom));
+    if (Co.HpFlushStop.load(std::memory_order_acquire))
+      break;
+    if (!Co.HpFlushWanted.load(std::memory_order_acquire) || Since() < Quiet)
       continue;
-    }
-    uint64_t Quieted = Since();
-    if (Quieted < Quiet) {
-      Co.HpFlushCv.wait_for(G, std::chrono::nanoseconds(Quiet - Quieted));
-      continue;
-    }
     G.unlock();
-    bool Busy = true;
     {
       std::unique_lock<std::recursive_mutex> Issue(Co.HpIssueMu, std::try_to_lock);
       if (Issue.owns_lock()) {
-        Busy = false;
         if (!Co.HpPending.Seq) {
           Co.HpFlushWanted.store(false, std::memory_order_release);
         } else if (Since() >= Quiet) {
@@ -621,8 +620,6 @@ void Runtime::Impl::burstFlushLoop() {
       }
     }
     G.lock();
-    if (Busy) // a launch is being made: the burst goes on
-      Co.HpFlushCv.wait_for(G, std::chrono::nanoseconds(Quiet));
   }
 }
 

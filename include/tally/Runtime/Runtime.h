@@ -95,6 +95,10 @@ public:
   /// Before cuStreamDestroy of \p S: an HP completion still to be written
   /// for launches on it is written now.
   void streamGoing(CUstream S);
+  /// Before a call of WaitCalls.def (the program waits for its work): an
+  /// HP completion pending for the burst so far is written now, on this
+  /// thread (nothing to do elsewhere: one atomic load).
+  void waitPoint();
 
   /// Around a call of BlockingCalls.def made by a program thread: such a
   /// call may wait for GPU work holding the driver's lock, so no preemption

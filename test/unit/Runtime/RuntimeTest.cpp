@@ -1179,6 +1179,29 @@ TEST(ScheduleHpBurst, OneWritePerBurstAndTheLastByTheRuntime) {
   EXPECT_EQ(completionWrites(), (std::vector<uint64_t>{11, 13, 14}));
 }
 
+// The program waits for its work (cuStreamSynchronize, one of
+// WaitCalls.def): the burst's pending completion is written then, on the
+// program's thread, not half a burst (150 ms here) later by the runtime's.
+TEST(ScheduleHpBurst, AWaitWritesThePendingCompletion) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_burst_wait");
+  ASSERT_TRUE(waitIdle(*Other)); // an earlier test's burst is over
+  fake_log_clear();
+  CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x312));
+  std::vector<int> Out(4);
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+  std::vector<uint64_t> W = completionWrites();
+  ASSERT_EQ(W.size(), 1u) << "the burst's first launch is written, the others wait";
+  ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
+  EXPECT_EQ(completionWrites(), (std::vector<uint64_t>{W[0], W[0] + 2}))
+      << "the wait did not write the pending completion";
+  ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
+  EXPECT_EQ(completionWrites().size(), 2u) << "a wait with nothing pending wrote";
+  EXPECT_TRUE(waitIdle(*Other));
+}
+
 // A stream destroyed while launches on it await their completion write:
 // the write is issued before the stream goes, and nothing is recorded on
 // it afterwards (that would show as DEAD in the fake's log and fail the
