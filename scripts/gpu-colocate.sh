@@ -20,7 +20,8 @@
 #   tally       HP under `tally run --priority=high`, BE (be-spin.tally,
 #               train-gpt.tally or train.py) under `tally run
 #               --priority=best-effort`
-#   tally-mps   the same as MPS clients
+#   tally-mps   the same as MPS clients (`tally run` makes BE a client of
+#               below-normal priority, as mps-prio does by hand)
 # The MPS systems run only where nvidia-cuda-mps-control is, with a daemon of
 # their own.
 # HP: hp-serve (requests of HP_KERNELS kernels of one wave of HP_BLOCK_US us

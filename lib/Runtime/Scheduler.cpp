@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 namespace tally::rt {
@@ -118,10 +119,15 @@ void Runtime::Impl::coordinate(ContextState &C) {
           Beside += ", and PTB launches with " + std::to_string(Cfg.BesidePtbPercent) +
                     " % of a wave of workers";
       }
+      // CUDA_MPS_CLIENT_PRIORITY: 0 normal (the default), 1 below normal.
+      const char *ClientPrio = std::getenv("CUDA_MPS_CLIENT_PRIORITY");
+      const char *Below = ClientPrio && !std::strcmp(ClientPrio, "1")
+                              ? "; this process is an MPS client of below-normal priority"
+                              : "";
       logf(LogLevel::Info, "MPS is %s: HP and BE kernels share the GPU side by side; an "
-                           "arriving HP kernel waits for the running BE blocks to leave%s",
+                           "arriving HP kernel waits for the running BE blocks to leave%s%s",
            Asked ? "on for this context" : "running (its control pipe is there)",
-           Beside.c_str());
+           Beside.c_str(), Below);
     }
     else
       logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "

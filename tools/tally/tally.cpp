@@ -101,7 +101,9 @@ const char *Variables =
     "  TALLY_PTX_TIMEOUT_S  the longest one module's transformation may take (120)\n"
     "  TALLY_DRIVER       the CUDA driver library (default libcuda.so.1)\n"
     "  TALLY_DISABLE      1: the runtime passes every call through\n"
-    "  TALLY_LIBRARY      where `tally run` finds libtally.so\n";
+    "  TALLY_LIBRARY      where `tally run` finds libtally.so\n"
+    "Also set: CUDA_MPS_CLIENT_PRIORITY=1 for best-effort processes, unless it is set\n"
+    "or --no-mps-priority is given.\n";
 
 /// The MPS daemon's folders: the user's settings, else NVIDIA's default
 /// pipe folder (so clients need no setting) and a log folder a user may
@@ -410,6 +412,12 @@ int main(int Argc, char **Argv) {
                 "best-effort: under MPS, every kernel waits for HP to be idle, none runs "
                 "beside HP's (default: an original measured within --turnaround-us starts at "
                 "once, and PTB launches keep --beside-ptb-percent of their workers)");
+  bool NoMpsPriority = false;
+  Run->add_flag("--no-mps-priority", NoMpsPriority,
+                "best-effort: leave CUDA_MPS_CLIENT_PRIORITY as it is (default: unless it is "
+                "set, a best-effort process becomes an MPS client of below-normal priority, "
+                "1, so that the GPU gives HP's waiting blocks the SMs first; no effect "
+                "without MPS)");
   unsigned BesidePtb = 50, WidenUs = 1000;
   Run->add_option("--beside-ptb-percent", BesidePtb,
                   "best-effort, under MPS: while HP works, a PTB launch keeps this percentage "
@@ -557,6 +565,11 @@ int main(int Argc, char **Argv) {
     Set("TALLY_QUEUE_US", std::to_string(QueueUs));
   if (NoBeside)
     Set("TALLY_BESIDE", "0");
+  // Under MPS, the hardware's own priority between clients: a BE process's
+  // blocks are scheduled after HP's. The scheduler still holds, slices and
+  // preempts BE kernels; this only orders the blocks both have waiting.
+  if (Priority == "best-effort" && !NoMpsPriority && !std::getenv("CUDA_MPS_CLIENT_PRIORITY"))
+    setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 1);
   if (Run->count("--beside-ptb-percent"))
     Set("TALLY_BESIDE_PTB_PERCENT", std::to_string(BesidePtb));
   if (Run->count("--widen-us"))

@@ -209,6 +209,14 @@ if(NOT TALLY_SANITIZE)
     COMMAND $<TARGET_FILE:tally> run --stats -- /bin/echo --steps 3 -- --stats)
   set_tests_properties(tally-run-command-after-dashes PROPERTIES
     PASS_REGULAR_EXPRESSION "^--steps 3 -- --stats")
+  # A best-effort process becomes an MPS client of below-normal priority,
+  # unless the variable is set or --no-mps-priority is given; an HP process
+  # is left as it is.
+  add_test(NAME tally-run-mps-priority
+    COMMAND sh -c "unset CUDA_MPS_CLIENT_PRIORITY; p='echo \"[\${CUDA_MPS_CLIENT_PRIORITY-unset}]\"'; \"$0\" run -- sh -c \"$p\"; \"$0\" run --priority=high -- sh -c \"$p\"; \"$0\" run --no-mps-priority -- sh -c \"$p\"; CUDA_MPS_CLIENT_PRIORITY=0 \"$0\" run -- sh -c \"$p\""
+            $<TARGET_FILE:tally>)
+  set_tests_properties(tally-run-mps-priority PROPERTIES
+    PASS_REGULAR_EXPRESSION "^\\[1\\]\n\\[unset\\]\n\\[unset\\]\n\\[0\\]\n$")
 endif()
 # A value out of range: a clear error and exit status 1 (not CLI11's own code).
 add_test(NAME tally-run-bad-value
