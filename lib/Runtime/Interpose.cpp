@@ -88,8 +88,8 @@ enum Hook {
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) H_##N, H_##N##_ptsz,
 #define TALLY_ONE(N, B, V0, V1, P, A) H_##N,
 #include "BlockingCalls.def"
-#define TALLY_WAIT(N, B, V0, V1, P, A) H_##N, H_##N##_ptsz,
-#define TALLY_WAIT_ONE(N, B, V0, V1, P, A) H_##N,
+#define TALLY_WAIT(N, B, V0, V1, P, A, Q) H_##N, H_##N##_ptsz,
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A, Q) H_##N,
 #include "WaitCalls.def"
   NumHooks
 };
@@ -111,8 +111,8 @@ const char *const ExportedName[NumHooks] = {
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) #N, #N "_ptsz",
 #define TALLY_ONE(N, B, V0, V1, P, A) #N,
 #include "BlockingCalls.def"
-#define TALLY_WAIT(N, B, V0, V1, P, A) #N, #N "_ptsz",
-#define TALLY_WAIT_ONE(N, B, V0, V1, P, A) #N,
+#define TALLY_WAIT(N, B, V0, V1, P, A, Q) #N, #N "_ptsz",
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A, Q) #N,
 #include "WaitCalls.def"
 };
 
@@ -128,8 +128,8 @@ const BlockingProc BlockingProcs[] = {
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) {#B, V0, V1, H_##N, H_##N##_ptsz},
 #define TALLY_ONE(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N},
 #include "BlockingCalls.def"
-#define TALLY_WAIT(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N##_ptsz},
-#define TALLY_WAIT_ONE(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N},
+#define TALLY_WAIT(N, B, V0, V1, P, A, Q) {#B, V0, V1, H_##N, H_##N##_ptsz},
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A, Q) {#B, V0, V1, H_##N, H_##N},
 #include "WaitCalls.def"
 };
 
@@ -696,21 +696,21 @@ __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxReset_v2(CUdev
 
 // The calls of WaitCalls.def: the program is about to wait for its work;
 // an HP process issues its pending completion write first.
-#define TALLY_WAIT_BODY(H, Self, A)                                                         \
+#define TALLY_WAIT_BODY(H, Self, A, Q)                                                      \
   {                                                                                         \
     auto Fn = real<decltype(&Self)>(H);                                                     \
     if (!Fn)                                                                                \
       return CUDA_ERROR_NOT_INITIALIZED;                                                    \
     if (Runtime *RT = Runtime::get())                                                       \
-      RT->waitPoint();                                                                      \
+      RT->waitPoint(Q);                                                                     \
     return Fn A;                                                                            \
   }
-#define TALLY_WAIT(N, B, V0, V1, P, A)                                                      \
-  __attribute__((visibility("default"))) CUresult N P TALLY_WAIT_BODY(H_##N, N, A)           \
+#define TALLY_WAIT(N, B, V0, V1, P, A, Q)                                                      \
+  __attribute__((visibility("default"))) CUresult N P TALLY_WAIT_BODY(H_##N, N, A, Q)           \
   __attribute__((visibility("default"))) CUresult N##_ptsz P                                \
-      TALLY_WAIT_BODY(H_##N##_ptsz, N##_ptsz, A)
-#define TALLY_WAIT_ONE(N, B, V0, V1, P, A)                                                  \
-  __attribute__((visibility("default"))) CUresult N P TALLY_WAIT_BODY(H_##N, N, A)
+      TALLY_WAIT_BODY(H_##N##_ptsz, N##_ptsz, A, Q)
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A, Q)                                                  \
+  __attribute__((visibility("default"))) CUresult N P TALLY_WAIT_BODY(H_##N, N, A, Q)
 #include "WaitCalls.def"
 #undef TALLY_WAIT_BODY
 
@@ -748,9 +748,9 @@ void *const Ours[NumHooks] = {
   reinterpret_cast<void *>(&N), reinterpret_cast<void *>(&N##_ptsz),
 #define TALLY_ONE(N, B, V0, V1, P, A) reinterpret_cast<void *>(&N),
 #include "BlockingCalls.def"
-#define TALLY_WAIT(N, B, V0, V1, P, A)                                                      \
+#define TALLY_WAIT(N, B, V0, V1, P, A, Q)                                                      \
   reinterpret_cast<void *>(&N), reinterpret_cast<void *>(&N##_ptsz),
-#define TALLY_WAIT_ONE(N, B, V0, V1, P, A) reinterpret_cast<void *>(&N),
+#define TALLY_WAIT_ONE(N, B, V0, V1, P, A, Q) reinterpret_cast<void *>(&N),
 #include "WaitCalls.def"
 };
 } // namespace

@@ -423,10 +423,17 @@ void Runtime::streamGoing(CUstream S) {
     I->flushPendingLocked();
 }
 
-void Runtime::waitPoint() {
+void Runtime::waitPoint(bool Poll) {
   Coordination &Co = I->Co;
   if (!Co.HpFlushWanted.load(std::memory_order_acquire))
     return;
+  if (Poll) {
+    // A query between launches (an allocator asking about its events)
+    // would otherwise cost a write per launch: only once they stopped.
+    uint64_t Now = monotonicNs(), Last = Co.HpLastLaunchNs.load(std::memory_order_relaxed);
+    if (Now < Last || Now - Last < I->burstQuietNs())
+      return;
+  }
   std::unique_lock<std::recursive_mutex> G = I->lockIssue();
   if (Co.HpPending.Seq)
     I->flushPendingLocked();

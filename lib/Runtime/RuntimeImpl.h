@@ -11,6 +11,7 @@
 
 #include <regex.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -431,6 +432,11 @@ struct Runtime::Impl {
   /// cost a wake-up: tens of microseconds on a busy virtual machine host,
   /// a stall when the host runs something else meanwhile).
   std::unique_lock<std::recursive_mutex> lockIssue();
+  /// HP, bursts: how long launches must have stopped for a burst to be
+  /// over (half a burst, at least 20 us).
+  uint64_t burstQuietNs() const {
+    return std::max<uint64_t>(Cfg.HpBurstUs / 2, 20) * 1000;
+  }
   /// EnteredNs: when the hook was entered (0: not measured), for the
   /// slow-call accounting.
   CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,

@@ -599,7 +599,7 @@ void Runtime::Impl::flushPendingLocked() {
 /// takes the issue lock only if it is free (a launch is being made
 /// otherwise: the burst goes on), so the service never waits for it.
 void Runtime::Impl::burstFlushLoop() {
-  const uint64_t Quiet = std::max<uint64_t>(Cfg.HpBurstUs / 2, 20) * 1000;
+  const uint64_t Quiet = burstQuietNs();
   const uint64_t Often = std::max<uint64_t>(Quiet, 1'000'000), Seldom = 10 * Often;
   std::unique_lock<std::mutex> G(Co.HpFlushMu);
   auto Since = [&] {

@@ -97,8 +97,10 @@ public:
   void streamGoing(CUstream S);
   /// Before a call of WaitCalls.def (the program waits for its work): an
   /// HP completion pending for the burst so far is written now, on this
-  /// thread (nothing to do elsewhere: one atomic load).
-  void waitPoint();
+  /// thread (nothing to do elsewhere: one atomic load). \p Poll: the call
+  /// only asks (a query, also made between launches): written only once
+  /// launches have stopped for half a burst.
+  void waitPoint(bool Poll);
 
   /// Around a call of BlockingCalls.def made by a program thread: such a
   /// call may wait for GPU work holding the driver's lock, so no preemption

@@ -549,6 +549,7 @@ FAKE CUresult cuStreamSynchronize(CUstream St) {
   finishPending(St, false);
   return CUDA_SUCCESS;
 }
+FAKE CUresult cuStreamQuery(CUstream St) { return cuStreamSynchronize(St); }
 FAKE CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) {
   std::lock_guard<std::mutex> DL(driverLock());
   return CUDA_SUCCESS;

@@ -1202,6 +1202,35 @@ TEST(ScheduleHpBurst, AWaitWritesThePendingCompletion) {
   EXPECT_TRUE(waitIdle(*Other));
 }
 
+// A query (cuStreamQuery, cuEventQuery) right after launches, as an
+// allocator asking about its events between launches, writes nothing: the
+// burst goes on (a write there would be a write per launch). A wait then
+// writes.
+TEST(ScheduleHpBurst, AQueryBetweenLaunchesWritesNothing) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_burst_query");
+  ASSERT_TRUE(waitIdle(*Other));
+  fake_log_clear();
+  CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x313));
+  std::vector<int> Out(4);
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+  uint64_t Last = Other->hpView(tally::rt::monotonicNs()).Arrivals;
+  std::vector<uint64_t> W = completionWrites();
+  ASSERT_LE(W.size(), 1u) << "more than the burst's first launch was written";
+  ASSERT_TRUE(W.empty() || W.back() < Last) << "nothing was left pending";
+  ASSERT_EQ(cuStreamQuery(S), CUDA_SUCCESS);
+  CUevent E = nullptr;
+  ASSERT_EQ(cuEventCreate(&E, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventQuery(E), CUDA_SUCCESS);
+  EXPECT_EQ(completionWrites(), W) << "a query within half a burst of a launch wrote";
+  ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
+  W.push_back(Last);
+  EXPECT_EQ(completionWrites(), W) << "the wait did not write the pending completion";
+  EXPECT_TRUE(waitIdle(*Other));
+}
+
 // A stream destroyed while launches on it await their completion write:
 // the write is issued before the stream goes, and nothing is recorded on
 // it afterwards (that would show as DEAD in the fake's log and fail the
