@@ -427,13 +427,10 @@ void Runtime::waitPoint(bool Poll) {
   Coordination &Co = I->Co;
   if (!Co.HpFlushWanted.load(std::memory_order_acquire))
     return;
-  if (Poll) {
-    // A query between launches (an allocator asking about its events)
-    // would otherwise cost a write per launch: only once they stopped.
-    uint64_t Now = monotonicNs(), Last = Co.HpLastLaunchNs.load(std::memory_order_relaxed);
-    if (Now < Last || Now - Last < I->burstQuietNs())
-      return;
-  }
+  // A query between launches (an allocator asking about its events)
+  // would otherwise cost a write per launch: only once they stopped.
+  if (Poll && I->sinceHpLaunchNs() < I->burstQuietNs())
+    return;
   std::unique_lock<std::recursive_mutex> G = I->lockIssue();
   if (Co.HpPending.Seq)
     I->flushPendingLocked();
@@ -590,7 +587,7 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   if (S.Shut.load(std::memory_order_acquire))
     return Original();
   const bool Hp = S.Cfg.Prio == Priority::High;
-  const uint64_t EnteredNs = Hp ? monotonicNs() : 0;
+  const uint64_t EnteredNs = Hp && S.Cfg.Stats ? monotonicNs() : 0; // slow-call accounting
   S.registerExit();
   KernelEntry *K = S.lookup(A.F);
   // Scheduling across processes (not with random preemption, a check of
@@ -665,7 +662,8 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
   count(What);
   if (S.Shut.load(std::memory_order_acquire) || !S.Cfg.Schedule || S.Cfg.RandomPreemptions)
     return Original();
-  const uint64_t EnteredNs = S.Cfg.Prio == Priority::High ? monotonicNs() : 0;
+  const uint64_t EnteredNs =
+      S.Cfg.Prio == Priority::High && S.Cfg.Stats ? monotonicNs() : 0; // as in launch()
   if (!Stream)
     Stream = PerThreadStream ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
   CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;

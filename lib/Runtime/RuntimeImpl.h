@@ -437,8 +437,13 @@ struct Runtime::Impl {
   uint64_t burstQuietNs() const {
     return std::max<uint64_t>(Cfg.HpBurstUs / 2, 20) * 1000;
   }
-  /// EnteredNs: when the hook was entered (0: not measured), for the
-  /// slow-call accounting.
+  /// HP: how long ago the latest launch was made (0 if it looks ahead).
+  uint64_t sinceHpLaunchNs() const {
+    uint64_t Now = monotonicNs(), Last = Co.HpLastLaunchNs.load(std::memory_order_relaxed);
+    return Now > Last ? Now - Last : 0;
+  }
+  /// EnteredNs: when the hook was entered, for the slow-call accounting
+  /// of --stats (0: not measured, and neither are the other parts).
   CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,
                     bool Capturing, uint64_t EnteredNs);
   CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,

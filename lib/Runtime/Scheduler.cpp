@@ -367,9 +367,13 @@ namespace {
 /// Notes the time from its start to its end as one part of an HP launch.
 class HpPartTimer {
 public:
+  /// Start 0: not timed.
   HpPartTimer(Coordination &Co, Coordination::HpPart P, uint64_t Start)
       : Co(Co), P(P), Start(Start) {}
-  ~HpPartTimer() { Co.noteHpPart(P, monotonicNs() - Start); }
+  ~HpPartTimer() {
+    if (Start)
+      Co.noteHpPart(P, monotonicNs() - Start);
+  }
   HpPartTimer(const HpPartTimer &) = delete;
   HpPartTimer &operator=(const HpPartTimer &) = delete;
 
@@ -401,7 +405,8 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   // announced (a completion written from a graph would be stale).
   if (!Co.Usable || Capturing)
     return Original();
-  uint64_t Entered = monotonicNs();
+  // The parts' times (EnteredNs set: --stats) for the slow-call counts.
+  const uint64_t Entered = EnteredNs ? monotonicNs() : 0;
   if (EnteredNs && Entered >= EnteredNs)
     Co.noteHpPart(Coordination::HpLookup, Entered - EnteredNs);
   // From the number to the completion write, one launch at a time: on the
@@ -411,7 +416,8 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   std::unique_lock<std::recursive_mutex> Issue = lockIssue();
   uint64_t LaunchedAt = monotonicNs();
   Co.HpLastLaunchNs.store(LaunchedAt, std::memory_order_relaxed);
-  Co.noteHpPart(Coordination::HpLock, LaunchedAt - Entered);
+  if (Entered)
+    Co.noteHpPart(Coordination::HpLock, LaunchedAt - Entered);
   uint64_t Seq = Co.Seg->hpLaunch(LaunchedAt);
   if (Seq && Co.LaunchNs) {
     Co.LaunchNs[Seq & (Coordination::RingSize - 1)].store(LaunchedAt, std::memory_order_relaxed);
@@ -421,8 +427,9 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
       ;
   }
   CUresult R = Original();
-  uint64_t Returned = monotonicNs();
-  Co.noteHpPart(Coordination::HpDriver, Returned - LaunchedAt);
+  const uint64_t Returned = Entered ? monotonicNs() : 0;
+  if (Entered)
+    Co.noteHpPart(Coordination::HpDriver, Returned - LaunchedAt);
   HpPartTimer Completion(Co, Coordination::HpCompletion, Returned);
   if (!Seq)
     return R; // no slot right now (reclaimed while stalled): not announced
@@ -602,15 +609,11 @@ void Runtime::Impl::burstFlushLoop() {
   const uint64_t Quiet = burstQuietNs();
   const uint64_t Often = std::max<uint64_t>(Quiet, 1'000'000), Seldom = 10 * Often;
   std::unique_lock<std::mutex> G(Co.HpFlushMu);
-  auto Since = [&] {
-    uint64_t Now = monotonicNs(), Last = Co.HpLastLaunchNs.load(std::memory_order_relaxed);
-    return Now > Last ? Now - Last : 0;
-  };
   while (!Co.HpFlushStop.load(std::memory_order_acquire)) {
-    Co.HpFlushCv.wait_for(G, std::chrono::nanoseconds(Since() < 100'000'000 ? Often : Seldom));
+    Co.HpFlushCv.wait_for(G, std::chrono::nanoseconds(sinceHpLaunchNs() < 100'000'000 ? Often : Seldom));
     if (Co.HpFlushStop.load(std::memory_order_acquire))
       break;
-    if (!Co.HpFlushWanted.load(std::memory_order_acquire) || Since() < Quiet)
+    if (!Co.HpFlushWanted.load(std::memory_order_acquire) || sinceHpLaunchNs() < Quiet)
       continue;
     G.unlock();
     {
@@ -618,7 +621,7 @@ void Runtime::Impl::burstFlushLoop() {
       if (Issue.owns_lock()) {
         if (!Co.HpPending.Seq) {
           Co.HpFlushWanted.store(false, std::memory_order_release);
-        } else if (Since() >= Quiet) {
+        } else if (sinceHpLaunchNs() >= Quiet) {
           flushPendingLocked();
           Co.HpLastWriteNs = 0; // the burst is over: the next launch is written
           Co.HpFlushWanted.store(false, std::memory_order_release);
