@@ -10,6 +10,8 @@
 # Needs nvcc (PATH or /usr/local/cuda/bin), cmake and ninja; no GPU.
 # Layout of OUTDIR: see examples/runtime/README.md.
 set -euo pipefail
+# (grep -q reads a captured output: piped, it may close the pipe early and
+# the writer's SIGPIPE fails the pipeline under pipefail.)
 [[ $# -ge 1 && $# -le 2 ]] || { echo "usage: $0 OUTDIR [TALLY_BUILD_DIR]" >&2; exit 2; }
 src=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
@@ -60,7 +62,7 @@ streams_kernels=(_Z10chain_stepPKjPjij _Z9float_mixPKjPji _Z15block_sum_earlyPKj
   _Z8volume3dPKjPjiii _Z11transpose2dPKjPji _Z12scan_dynamicPKjS0_Pji _Z7combinePKjS0_Pji)
 check "$out/streams.tally" "${streams_kernels[@]}"
 check "$out/streams-shared.tally" "${streams_kernels[@]}"
-ldd "$out/streams-shared" | grep -q libcudart || fail "streams-shared does not use libcudart.so"
+grep -q libcudart <<<"$(ldd "$out/streams-shared")" || fail "streams-shared does not use libcudart.so"
 
 step "train-gpt (CMake, against the installed package)"
 rm -rf "$out/train-gpt-build"
@@ -75,7 +77,7 @@ gpt_kernels=$(grep -o '^  - name: .*' "$out/obj/train-gpt.yaml" | sed 's/^  - na
 [[ $(wc -w <<<"$gpt_kernels") -ge 20 ]] || fail "train-gpt: fewer kernels than expected"
 # shellcheck disable=SC2086
 check "$out/train-gpt.tally" $gpt_kernels
-! "$opt" --list "$out/train-gpt" | grep -q __tally_ || fail "train-gpt (plain) has variants"
+! grep -q __tally_ <<<"$("$opt" --list "$out/train-gpt")" || fail "train-gpt (plain) has variants"
 
 step "dlopen: libkern.so and dlopen-main"
 "${nice[@]}" nvcc -arch=$arch -O2 -shared -Xcompiler -fPIC "$ex/dlopen/kern.cu" \
@@ -87,7 +89,7 @@ msg=$(tally "$out/libkern.so" -o "$out/libkern.tally.so" --metadata "$out/obj/li
 grep -v "has no PTX to rebuild it from; left unchanged" <<<"$msg" >&2 || true
 check "$out/libkern.tally.so" _Z9histogramPKjPji _Z6smoothPKjPjij
 "${nice[@]}" g++ -O2 -std=c++17 "$ex/dlopen/dlopen-main.cpp" -o "$out/dlopen-main" -ldl
-! ldd "$out/dlopen-main" | grep -q cudart || fail "dlopen-main links a CUDA runtime"
+! grep -q cudart <<<"$(ldd "$out/dlopen-main")" || fail "dlopen-main links a CUDA runtime"
 
 step "driver-api and its fatbin"
 "${nice[@]}" nvcc -fatbin -gencode "arch=compute_90a,code=[sm_90a,compute_90a]" \
@@ -97,12 +99,12 @@ tally "$out/driver-kernels.fatbin" -o "$out/driver-kernels.tally.fatbin" \
 check "$out/driver-kernels.tally.fatbin" fill_pattern mad_chain block_sums_dyn histogram
 "${nice[@]}" g++ -O2 -std=c++17 -I"$cuda/include" "$ex/driver-api.cpp" -o "$out/driver-api" \
   -L"$cuda/lib64/stubs" -lcuda
-! ldd "$out/driver-api" | grep -q cudart || fail "driver-api links a CUDA runtime"
+! grep -q cudart <<<"$(ldd "$out/driver-api")" || fail "driver-api links a CUDA runtime"
 
 step "nvrtc-load (kernels made with NVRTC at run time, NVRTC opened with dlopen)"
 "${nice[@]}" g++ -O2 -std=c++17 -I"$cuda/include" "$ex/nvrtc-load.cpp" -o "$out/nvrtc-load" \
   -L"$cuda/lib64/stubs" -lcuda -ldl
-! ldd "$out/nvrtc-load" | grep -q -e cudart -e nvrtc || fail "nvrtc-load links cudart or NVRTC"
+! grep -q -e cudart -e nvrtc <<<"$(ldd "$out/nvrtc-load")" || fail "nvrtc-load links cudart or NVRTC"
 
 step "torch_check.py"
 cp "$ex/torch_check.py" "$out/torch_check.py"

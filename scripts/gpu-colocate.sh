@@ -119,7 +119,7 @@ for f in prefix/bin/tally prefix/lib/libtally.so hp-serve be-spin be-spin.tally 
 done
 for f in prefix/bin/tally hp-serve be-spin be-spin.tally colocate-streams; do
   [[ -x $R/$f ]] || die "$R/$f is not executable"
-  if ldd "$R/$f" 2>/dev/null | grep -q "not found"; then
+  if grep -q "not found" <<<"$(ldd "$R/$f" 2>/dev/null)"; then
     die "$R/$f: missing libraries: $(ldd "$R/$f" | grep "not found" | tr '\n' ' ')"
   fi
 done
