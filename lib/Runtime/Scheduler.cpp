@@ -817,10 +817,14 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   bool Decided = false;
   LaunchShape Sh;
   const bool Beside = Co.Mps && Cfg.Beside;
-  const bool Variants = K.hasVariants() && !K.Disabled.load(std::memory_order_relaxed);
+  // A launch only the original can make (a cluster, a cooperative launch:
+  // cuBLAS's and cuDNN's Hopper kernels come so) is one of a kernel
+  // without variants.
+  const bool Variants =
+      !A.OriginalOnly && K.hasVariants() && !K.Disabled.load(std::memory_order_relaxed);
   if (Cfg.Forced) {
     F = choose(K, A);
-  } else if (A.OriginalOnly || (!Variants && !Beside)) {
+  } else if (!Variants && !Beside) {
     F = Form::Original;
   } else {
     // Kernels without variants are measured too under MPS: a short one

@@ -26,9 +26,9 @@
 //    turnaround among those at most 1.5x slower than the fastest.
 //    Grids with fewer blocks than SMs get the same consideration (fewer
 //    PTB workers than blocks make them preemptible at some cost), where the
-//    original Tally always ran them whole. Kernels without variants have
-//    one candidate, the original: it is measured all the same (for the
-//    next rule).
+//    original Tally always ran them whole. Kernels without variants, and
+//    launches only the original can make (clusters), have one candidate,
+//    the original: it is measured all the same (for the next rule).
 //  * Under MPS, a launch whose chosen form is the original and measured
 //    short (besideOk: its time, with a quarter more, within TurnaroundUs)
 //    need not wait for HP to be idle: kernels of two processes run side by

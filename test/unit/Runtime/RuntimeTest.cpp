@@ -712,17 +712,39 @@ bool launchedBesideHp(tally::rt::Segment &Hp, uint64_t Seq, CUfunction K, std::v
 /// joins the segment, an HP request of \p Hp comes and goes (Guarded mode
 /// from then on), then two measurements of the original while HP is idle
 /// and a third launch that reads the second and decides.
-void measureWhileHpIdle(tally::rt::Segment &Hp, CUfunction K) {
+/// Launches \p K as launchDirect does, through cuLaunchKernelEx with a
+/// cluster of two blocks: a launch that only the original can make.
+CUresult launchCluster(CUfunction K, std::vector<int> &Out, unsigned G, CUstream S = nullptr) {
+  int *P = Out.data();
+  int N = static_cast<int>(Out.size());
+  void *Args[] = {&P, &N};
+  CUlaunchAttribute A[1];
+  A[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  A[0].value.clusterDim.x = 2;
+  A[0].value.clusterDim.y = 1;
+  A[0].value.clusterDim.z = 1;
+  CUlaunchConfig C = {};
+  C.gridDimX = G, C.gridDimY = 1, C.gridDimZ = 1;
+  C.blockDimX = 32, C.blockDimY = 1, C.blockDimZ = 1;
+  C.hStream = S;
+  C.attrs = A;
+  C.numAttrs = 1;
+  return cuLaunchKernelEx(&C, K, Args, nullptr);
+}
+
+using LaunchFn = CUresult (*)(CUfunction, std::vector<int> &, unsigned, CUstream);
+
+void measureWhileHpIdle(tally::rt::Segment &Hp, CUfunction K, LaunchFn Launch = launchDirect) {
   {
     std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(K, Out, 40), CUDA_SUCCESS); // joins
+    ASSERT_EQ(Launch(K, Out, 40, nullptr), CUDA_SUCCESS); // joins
     fake_sync();
   }
   Hp.hpFinished(Hp.hpLaunch(tally::rt::monotonicNs()));
   beAlive(Hp, 20);
   for (int I = 0; I < 3; ++I) {
     std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(K, Out, 40), CUDA_SUCCESS);
+    ASSERT_EQ(Launch(K, Out, 40, nullptr), CUDA_SUCCESS);
     fake_sync();
     expectEachBlockOnce(Out);
   }
@@ -866,25 +888,32 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
 }
 
 // Short kernels beside HP (its ctest entries set FAKE_MPS, FAKE_ELAPSED_US,
-// TALLY_BESIDE, and TEST_EXPECT_BESIDE: 1 when the short kernel must go
-// while HP is busy, 0 when it must be held like any other). Under MPS, a
-// kernel without variants measured at 10 us (within the 31.6 us target)
+// TALLY_BESIDE, TEST_EXPECT_BESIDE: 1 when the short kernel must go
+// while HP is busy, 0 when it must be held like any other, and
+// TEST_LAUNCH: "cluster" to launch the kernel with a cluster attribute,
+// as cuBLAS's and cuDNN's Hopper kernels are, which only the original can
+// run). Under MPS, a kernel measured at 10 us (within the 31.6 us target)
 // starts while HP works; a kernel whose forms are still being measured
 // waits for HP either way.
 TEST(ScheduleBe, ShortKernelsRunBesideHp) {
   const char *Expect = std::getenv("TEST_EXPECT_BESIDE");
   ASSERT_NE(Expect, nullptr) << "set TEST_EXPECT_BESIDE to 0 or 1";
   const bool Beside = !std::strcmp(Expect, "1");
+  const bool Cluster = env("TEST_LAUNCH") == "cluster";
+  LaunchFn Launch = Cluster ? launchCluster : launchDirect;
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
-  Module Plain("be_beside_plain", false, "", /*WithVariants=*/false);
+  // With a cluster, a kernel with variants: the attribute alone makes it
+  // a launch of the original.
+  Module Plain("be_beside_plain", false, "", /*WithVariants=*/Cluster);
   Module V("be_beside_ptb");
-  measureWhileHpIdle(*Hp, Plain.K);
+  measureWhileHpIdle(*Hp, Plain.K, Launch);
+  fake_log_clear();
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
   std::vector<int> Out(40);
   std::atomic<bool> Returned{false};
   std::thread T([&] {
-    EXPECT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+    EXPECT_EQ(Launch(Plain.K, Out, 40, nullptr), CUDA_SUCCESS);
     Returned = true;
   });
   beAlive(*Hp, 300, &Returned);
@@ -901,6 +930,9 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
   T.join();
   fake_sync();
   expectEachBlockOnce(Out);
+  if (Cluster)
+    EXPECT_EQ(countPrefix("launchex be_beside_plain grid=40x1x1"), 1u)
+        << "the cluster launch did not run the original";
 }
 
 // A kernel measured short whose launches then run long (its time depends

@@ -97,18 +97,22 @@ set_tests_properties(runtime-schedule-queue PROPERTIES
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 # Short kernels beside HP under MPS (the fake answers the MPS attribute with
 # FAKE_MPS and times every measured launch at FAKE_ELAPSED_US), and three
-# cases where they must be held: beside turned off, no MPS, too long.
-foreach(_case "beside;1;10;1;1" "beside-off;1;10;0;0" "beside-no-mps;0;10;1;0"
-              "beside-long;1;500;1;0")
+# cases where they must be held: beside turned off, no MPS, too long; the
+# same for launches with a cluster attribute (only the original can run
+# them: measured and let beside HP all the same).
+foreach(_case "beside;1;10;1;1;plain" "beside-off;1;10;0;0;plain" "beside-no-mps;0;10;1;0;plain"
+              "beside-long;1;500;1;0;plain" "beside-cluster;1;10;1;1;cluster"
+              "beside-cluster-long;1;500;1;0;cluster")
   list(GET _case 0 _name)
   list(GET _case 1 _mps)
   list(GET _case 2 _us)
   list(GET _case 3 _on)
   list(GET _case 4 _expect)
+  list(GET _case 5 _launch)
   add_test(NAME runtime-schedule-${_name}
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortKernelsRunBesideHp)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect};TEST_LAUNCH=${_launch}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
 add_test(NAME runtime-schedule-beside-revoked
