@@ -105,6 +105,8 @@ def be_label(be, block):
         return "train-gpt"
     if be == "torch":
         return "PyTorch training (train.py)"
+    if be == "triton":
+        return "Triton training (train_gpt.py)"
     return be
 
 

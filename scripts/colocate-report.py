@@ -15,8 +15,8 @@ hp-serve does; benchmarks/torch/serve.py writes the same CSV). BE's rate is
 taken over HP's window (from the CSV's `# window` line) from BE's progress
 lines: be-spin's `be: t=S kernels=N epoch=E` (be_kind spin), the same lines
 of benchmarks/torch/train.py where N counts training steps (be_kind torch,
-steps/s), or train-gpt's `step N` lines time-stamped by the script (be_kind
-gpt, steps/s); without a window (BE alone), over the whole log. The fraction
+steps/s), or train-gpt's and examples/triton/train_gpt.py's `step N` lines
+time-stamped by the script (be_kind gpt or triton, steps/s); without a window (BE alone), over the whole log. The fraction
 divides by the rate of BE alone (be_ref), measured the same way.
 """
 
@@ -71,7 +71,7 @@ def read_progress(path, kind):
     samples = []
     with open(path, errors="replace") as f:
         for line in f:
-            if kind == "gpt":
+            if kind in ("gpt", "triton"):
                 m = GPT_STEP.match(line)
                 if m:
                     samples.append((float(m.group(1)), int(m.group(2)) + 1))
@@ -212,6 +212,8 @@ def main():
                     frac = rate / alone_rate[ref]
             if r["be_kind"] == "gpt":
                 notes.append("BE rate in train-gpt steps/s")
+            elif r["be_kind"] == "triton":
+                notes.append("BE rate in train_gpt.py steps/s")
             elif r["be_kind"] == "torch":
                 notes.append("BE rate in train.py steps/s")
         st = stats_note([p for p in r["stats"].split(",") if p])
@@ -255,7 +257,8 @@ def main():
         if (alone and row["hp_p99"] is not None and row is not alone
                 and not row["system"].endswith("-closed")):
             vs = f"{100 * (row['hp_p99'] / alone['hp_p99'] - 1):+.1f} %"
-        be = {"none": "-", "gpt": "train-gpt", "torch": "train.py (PyTorch)"}.get(
+        be = {"none": "-", "gpt": "train-gpt", "torch": "train.py (PyTorch)",
+              "triton": "train_gpt.py (Triton)"}.get(
             row["be"], f"{row['be_block_us']} us blocks")
         cells = [row["system"], be, fmt(row["hp_p50"]), fmt(row["hp_p99"]),
                  fmt(row["hp_p999"]), fmt(row["hp_mean"]), vs,

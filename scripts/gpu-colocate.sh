@@ -29,13 +29,20 @@
 # (ResNet-50 or a BERT-base sized encoder, eager, bf16, batch 1; its
 # capacity measured closed loop first, as hp-serve's).
 # BE workloads (BE_CONFS): be-spin with 10 us and with 100 us blocks (be10,
-# be100), train-gpt (gpt) when DIR has it, and torch: benchmarks/torch/
-# train.py, eager PyTorch training of a small GPT (BE rate in steps/s).
+# be100), train-gpt (gpt) when DIR has it, torch: benchmarks/torch/
+# train.py, eager PyTorch training of a small GPT (BE rate in steps/s), and
+# triton: examples/triton/train_gpt.py, a GPT training step compiled by
+# torch.compile into Triton kernels (steps/s).
 # PyTorch's kernels ship as machine code without Tally's variants (nothing
 # here transforms them), so Tally can neither slice nor preempt them: the
 # tally rows with PyTorch workloads mostly measure the scheduler holding BE's
 # launches while HP is busy (and the runtime's per-launch cost). That is
-# expected; it is not a failure.
+# expected; it is not a failure. Triton's kernels get variants: every triton
+# run, Tally's and the others, compiles with tally-ptxas (TRITON_PTXAS_PATH)
+# into one set of Triton and Inductor caches, filled once before the runs
+# (a cold compile takes minutes: TRITON_CACHES keeps them between rounds),
+# so every run launches the same kernels, and the tally runs' per-step
+# losses (their bits) must equal BE alone's.
 # In a co-located run BE starts first and HP's measurement starts LEAD s after
 # BE's first progress line (serve.py is started beside BE, warms up, and
 # waits for that moment, --start-file: later where its start-up takes
@@ -44,8 +51,9 @@
 # Then robustness with Tally, when HP is hp-serve and be10 is among BE_CONFS:
 # BE killed with -9 in the middle of HP's run (HP must finish and report), HP
 # killed with -9 while BE runs (BE must go on and finish, exit 0); and under
-# Tally the be-spin checksum must equal BE alone's, and train-gpt's per-step
-# losses (their bits) BE alone's over the steps both ran.
+# Tally the be-spin checksum must equal BE alone's, and train-gpt's and
+# train_gpt.py's per-step losses (their bits) BE alone's over the steps both
+# ran.
 #
 # Usage: scripts/gpu-colocate.sh [--quick] [DIR]      (from anywhere)
 #   DIR (default .carry/runtime) holds prefix/bin/tally, prefix/lib/libtally.so,
@@ -66,10 +74,18 @@
 #                `serve.py --model HP_MODEL` (PyTorch; see PYTHON)
 #   HP_SECONDS   HP's measurement window per run, s (default 15, with
 #                HP_MODEL 60; --quick 3, with HP_MODEL 10)
-#   BE_CONFS     the BE workloads, among be10 be100 gpt torch, separated by
-#                spaces or commas (default "be10 be100 gpt", gpt only where
-#                DIR has train-gpt; with HP_MODEL "torch", to keep a full run
-#                near 10 minutes)
+#   BE_CONFS     the BE workloads, among be10 be100 gpt torch triton,
+#                separated by spaces or commas (default "be10 be100 gpt", gpt
+#                only where DIR has train-gpt; with HP_MODEL "torch", to keep
+#                a full run near 10 minutes)
+#   TRITON_ARGS  BE triton: train_gpt.py's options (default --mm-configs 2
+#                --no-coordinate-descent --batch 32: few GEMM configurations
+#                to autotune, so the cold compile fits a device command)
+#   TRITON_CACHES  BE triton: the folder of the Triton and Inductor caches,
+#                kept (default: a temporary one, removed at the end; with a
+#                kept one a second round on the machine starts in seconds)
+#   TRITON_TIMEOUT BE triton: the limit of the run that fills the caches, s
+#                (default 420)
 #   SYSTEMS      the co-located systems, among timeslice streams tally mps
 #                mps-prio tally-mps (default all). HP alone and BE alone run
 #                always; under Tally when a tally system is chosen; HP alone
@@ -77,10 +93,11 @@
 #                command may take 600 s at most: a full HP_MODEL run fits
 #                more surely as two, SYSTEMS="timeslice streams tally" and
 #                SYSTEMS="mps mps-prio tally-mps", each with its own OUT
-#   PYTHON       the Python with PyTorch that runs serve.py, train.py and
-#                streams.py (default: the first of /opt/torch/.venv/bin/python
-#                and python3 on PATH that imports torch with CUDA); needed
-#                only with HP_MODEL or BE conf torch
+#   PYTHON       the Python with PyTorch that runs serve.py, train.py,
+#                streams.py and train_gpt.py (default: the first of
+#                /opt/torch/.venv/bin/python and python3 on PATH that imports
+#                torch with CUDA); needed only with HP_MODEL or BE conf torch
+#                or triton
 # Writes $OUT/colocate/ (per run: NAME.hp.csv latencies, NAME.hp.log,
 # NAME.be.log, stderr in *.err, Tally statistics in *.json; runs.tsv,
 # checks.tsv, device.txt) and $OUT/colocate.csv; prints a markdown table
@@ -164,7 +181,12 @@ for conf in "${confs[@]}"; do
   case $conf in
     be10 | be100 | torch) ;;
     gpt) [[ -n $GPT_TALLY ]] || die "BE_CONFS has gpt, but $R has no train-gpt.tally (or there is no stdbuf)" ;;
-    *) die "BE_CONFS: unknown BE workload '$conf' (be10, be100, gpt, torch)" ;;
+    triton)
+      [[ -x $R/prefix/bin/tally-ptxas ]] || die "BE_CONFS has triton, but $R/prefix/bin/tally-ptxas is missing"
+      TRITON_PY=$R/train_gpt.py
+      [[ -f $TRITON_PY ]] || TRITON_PY=$src/examples/triton/train_gpt.py
+      [[ -f $TRITON_PY ]] || die "BE_CONFS has triton, but there is no train_gpt.py in $R or examples/triton" ;;
+    *) die "BE_CONFS: unknown BE workload '$conf' (be10, be100, gpt, torch, triton)" ;;
   esac
   [[ $seen != *" $conf "* ]] || die "BE_CONFS names $conf twice"
   seen+="$conf "
@@ -189,10 +211,28 @@ want mps || want mps-prio || want tally-mps && any_mps=1
 # else the repository's; a Python that imports torch with CUDA.
 PY=
 TORCH=
-if ((torch_hp)) || has_conf torch; then
+if ((torch_hp)) || has_conf torch || has_conf triton; then
   torch_dir "$R" "$src" ||
     die "no serve.py, train.py, streams.py and workloads.py in $R/torch or $src/benchmarks/torch"
   torch_python || die "no Python that imports torch with CUDA available (PYTHON, or /opt/torch/.venv/bin/python and python3)"
+fi
+# BE triton: every run compiles with tally-ptxas into the same caches.
+TRITON_ENV=()
+TRITON_TMP=
+TRITON_ARGS=${TRITON_ARGS:---mm-configs 2 --no-coordinate-descent --batch 32}
+TRITON_TIMEOUT=${TRITON_TIMEOUT:-420}
+if has_conf triton; then
+  "$PY" -c 'import triton' >/dev/null 2>&1 || die "BE_CONFS has triton, but $PY cannot import triton"
+  [[ $TRITON_TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "TRITON_TIMEOUT '$TRITON_TIMEOUT': a whole number of seconds"
+  if [[ -n ${TRITON_CACHES:-} ]]; then
+    mkdir -p "$TRITON_CACHES" || die "cannot create TRITON_CACHES $TRITON_CACHES"
+    TRITON_CACHES=$(cd "$TRITON_CACHES" && pwd)
+  else
+    TRITON_TMP=$(mktemp -d) || die "mktemp failed"
+    TRITON_CACHES=$TRITON_TMP
+  fi
+  TRITON_ENV=(env TRITON_CACHE_DIR="$TRITON_CACHES/triton" TORCHINDUCTOR_CACHE_DIR="$TRITON_CACHES/inductor"
+    TRITON_PTXAS_PATH="$R/prefix/bin/tally-ptxas")
 fi
 
 have_mps=0
@@ -282,6 +322,7 @@ cleanup() {
     alive "$p" && kill -9 "$p" 2>/dev/null
   done
   mps_stop
+  [[ -z $TRITON_TMP ]] || rm -rf "$TRITON_TMP"
 }
 trap cleanup EXIT
 trap 'echo "gpu-colocate: interrupted" >&2; exit 130' INT TERM
@@ -349,11 +390,11 @@ set_env() {
 is_tally() { [[ $1 == tally* ]]; }
 
 # be_kind CONF: how colocate-report.py reads the BE log (spin: be-spin's
-# progress lines; torch: train.py's, the same format in steps; gpt:
-# train-gpt's time-stamped step lines).
+# progress lines; torch: train.py's, the same format in steps; gpt and
+# triton: train-gpt's and train_gpt.py's time-stamped step lines).
 be_kind() {
   case $1 in
-    gpt | torch) echo "$1" ;;
+    gpt | torch | triton) echo "$1" ;;
     *) echo spin ;;
   esac
 }
@@ -407,7 +448,35 @@ be_cmd() {
       else
         BECMD=("${args[@]}")
       fi ;;
+    triton)
+      # Runs until stopped; the kernels come from the filled caches.
+      local args=("$PY" -u "$TRITON_PY" --steps 100000000 --seed 1) extra
+      read -ra extra <<<"$TRITON_ARGS"
+      args+=("${extra[@]}")
+      if is_tally "$sys"; then
+        BECMD=("${TRITON_ENV[@]}" "$TALLY" run --priority=best-effort --triton-ptxas
+          --stats="$L/$name.be.json" -- "${args[@]}")
+      else
+        BECMD=("${TRITON_ENV[@]}" "${args[@]}")
+      fi ;;
   esac
+}
+
+# triton_warm: BE triton fills the Triton and Inductor caches (a few steps,
+# outside every measurement); false when it failed.
+triton_warm() {
+  say "triton: filling the caches in $TRITON_CACHES (minutes when cold)"
+  local t0=$SECONDS rc extra
+  read -ra extra <<<"$TRITON_ARGS"
+  "${TRITON_ENV[@]}" timeout -k 5 "$TRITON_TIMEOUT" "$PY" -u "$TRITON_PY" --steps 3 --seed 1 "${extra[@]}" \
+    >"$L/triton-warm.log" 2>"$L/triton-warm.err"
+  rc=$?
+  if [[ $rc != 0 ]] || [[ $(grep -c '^step ' "$L/triton-warm.log") != 3 ]]; then
+    check "triton: caches filled" FAIL "exit $rc after $((SECONDS - t0)) s: $(errtail "$L/triton-warm.err")"
+    return 1
+  fi
+  check "triton: caches filled" PASS "3 steps in $((SECONDS - t0)) s"
+  echo "be triton: train_gpt.py $TRITON_ARGS (Triton kernels compiled by tally-ptxas; caches filled in $((SECONDS - t0)) s)" >>"$L/device.txt"
 }
 
 # start_be CONF NAME: starts BECMD in the background (BEPID); false when it
@@ -415,8 +484,8 @@ be_cmd() {
 # start-up included).
 start_be() {
   local conf=$1 name=$2 log=$L/$2.be.log pat='^be: t=' lim=600
-  [[ $conf != torch ]] || lim=1800
-  if [[ $conf == gpt ]]; then
+  [[ $conf != torch && $conf != triton ]] || lim=1800
+  if [[ $conf == gpt || $conf == triton ]]; then
     "${ENVP_BE[@]}" "${BECMD[@]}" > >(stamp >"$log") 2>"$L/$name.be.err" &
     pat='^[0-9.]* step '
   else
@@ -456,7 +525,7 @@ be_checksum() { grep -m1 '^be: checksum' "$1" 2>/dev/null | sed 's/^be: checksum
 check_be() {
   local name=$1 conf=$2 log=$3 rc=$4 ref got
   case $conf in
-    gpt) return 0 ;;
+    gpt | triton) return 0 ;;
     torch)
       if [[ $rc != 0 ]]; then
         check "$name: BE run" FAIL "exit $rc: $(errtail "${log%.log}.err")"
@@ -476,17 +545,23 @@ check_be() {
   fi
 }
 
-# check_gpt_losses NAME: train-gpt's per-step losses (deterministic: the
-# same bits in every run) beside HP under Tally, preempted and resumed,
-# equal BE alone's over the steps both ran (at least 50).
-check_gpt_losses() {
-  local name=$1 ref=$L/be-alone-gpt.be.log got=$L/$1.be.log out
-  out=$(python3 - "$ref" "$got" <<'PYEOF'
+# check_losses NAME CONF: train-gpt's or train_gpt.py's per-step losses
+# (deterministic: the same bits in every run with the same kernels) beside
+# HP under Tally, preempted and resumed, equal BE alone's over the steps
+# both ran (at least 50 of train-gpt's, 10 of train_gpt.py's, whose steps
+# are longer).
+check_losses() {
+  local name=$1 ref=$L/be-alone-$2.be.log got=$L/$1.be.log out
+  out=$(python3 - "$ref" "$got" "$2" <<'PYEOF'
 import re, sys
+# train-gpt: "step N loss D bits HEX"; train_gpt.py: "step N loss FLOATHEX D".
+pat = re.compile(r"\bstep (\d+) loss \S+ bits ([0-9a-f]+)" if sys.argv[3] == "gpt"
+                 else r"\bstep (\d+) loss (\S+) ")
+least = 50 if sys.argv[3] == "gpt" else 10
 def steps(path):
     d = {}
     for line in open(path, errors="replace"):
-        m = re.search(r"\bstep (\d+) loss \S+ bits ([0-9a-f]+)", line)
+        m = pat.search(line)
         if m:
             d[int(m.group(1))] = m.group(2)
     return d
@@ -495,7 +570,7 @@ common = sorted(set(a) & set(b))
 bad = [k for k in common if a[k] != b[k]]
 if bad:
     print(f"FAIL step {bad[0]}: {b[bad[0]]} but BE alone gave {a[bad[0]]} ({len(bad)} of {len(common)} steps differ)")
-elif len(common) < 50:
+elif len(common) < least:
     print(f"FAIL only {len(common)} steps to compare")
 else:
     print(f"PASS {len(common)} steps, every loss's bits as BE alone's")
@@ -551,7 +626,7 @@ colo() {
     bg+=("$hppid")
   fi
   if ! start_be "$conf" "$name"; then
-    check "$name: BE start" FAIL "no progress line (it ended, or none in $([[ $conf == torch ]] && echo 180 || echo 60) s): $(errtail "$L/$name.be.err")"
+    check "$name: BE start" FAIL "no progress line (it ended, or none in $([[ $conf == torch || $conf == triton ]] && echo 180 || echo 60) s): $(errtail "$L/$name.be.err")"
     alive "$BEPID" && kill -9 "$BEPID"
     reap "$BEPID"
     if [[ -n $hppid ]]; then
@@ -583,10 +658,11 @@ colo() {
   hp_ok "$name" "$hprc"
   local notes=
   ((bealive)) || notes="BE ended before HP did (exit $BERC)"
-  if [[ $conf == gpt || $conf == torch ]]; then
-    # Stopped by SIGTERM: train.py and train-gpt end cleanly (0; 143 from an older train-gpt).
+  if [[ $conf == gpt || $conf == torch || $conf == triton ]]; then
+    # Stopped by SIGTERM: train.py and train-gpt end cleanly (0; 143 from an
+    # older train-gpt, and from train_gpt.py, which has no handler).
     [[ $BERC == 143 || $BERC == 0 ]] || check "$name: BE run" FAIL "exit $BERC: $(errtail "$L/$name.be.err")"
-    [[ $conf == gpt ]] && is_tally "$sys" && check_gpt_losses "$name"
+    [[ $conf == gpt || $conf == triton ]] && is_tally "$sys" && check_losses "$name" "$conf"
   else
     check_be "$name" "$conf" "$L/$name.be.log" "$BERC"
   fi
@@ -618,9 +694,9 @@ be_alone() {
   say "$name"
   set_env "$sys"
   be_cmd "$sys" "$conf" "$name" "$BE_S"
-  if [[ $conf == gpt ]]; then
-    if ! start_be gpt "$name"; then
-      check "$name: BE start" FAIL "no step within 60 s: $(errtail "$L/$name.be.err")"
+  if [[ $conf == gpt || $conf == triton ]]; then
+    if ! start_be "$conf" "$name"; then
+      check "$name: BE start" FAIL "no step within $([[ $conf == triton ]] && echo 180 || echo 60) s: $(errtail "$L/$name.be.err")"
       alive "$BEPID" && kill -9 "$BEPID"
       reap "$BEPID"
       return 1
@@ -829,7 +905,7 @@ hp_alone alone
 ((any_tally)) && hp_alone tally-alone
 
 say "BE calibration"
-declare -A WORK BLOCK=([be10]=10 [be100]=100 [gpt]=gpt [torch]=torch)
+declare -A WORK BLOCK=([be10]=10 [be100]=100 [gpt]=gpt [torch]=torch [triton]=triton)
 for conf in be10 be100; do
   "$R/be-spin" --calibrate --block-us "${BLOCK[$conf]}" >"$L/calibrate-$conf.log" 2>&1 ||
     die "be-spin --calibrate failed: $(errtail "$L/calibrate-$conf.log")"
@@ -839,6 +915,12 @@ for conf in be10 be100; do
   echo "be $conf: $(head -1 "$L/calibrate-$conf.log")" >>"$L/device.txt"
 done
 
+# BE triton's kernels are compiled once, before any run.
+if has_conf triton && ! triton_warm; then
+  keep=()
+  for c in "${confs[@]}"; do [[ $c == triton ]] || keep+=("$c"); done
+  confs=("${keep[@]}")
+fi
 # A BE workload that fails alone is left out of the rest (be-spin's: the
 # runs beside HP need its checksum, so the benchmark stops).
 for conf in "${confs[@]}"; do
@@ -847,7 +929,7 @@ for conf in "${confs[@]}"; do
       grep -m1 '^be: settings' "$L/be-alone-torch.be.log" | sed 's/^be: settings /be torch: /' >>"$L/device.txt"
     continue
   fi
-  [[ $conf == gpt || $conf == torch ]] || die "BE alone ($conf) failed: the runs beside HP need its checksum"
+  [[ $conf == gpt || $conf == torch || $conf == triton ]] || die "BE alone ($conf) failed: the runs beside HP need its checksum"
   keep=()
   for c in "${confs[@]}"; do [[ $c == "$conf" ]] || keep+=("$c"); done
   confs=("${keep[@]}")

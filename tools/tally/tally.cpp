@@ -440,7 +440,7 @@ int main(int Argc, char **Argv) {
   Run->add_flag("--triton-ptxas", TritonPtxas,
                 "Triton compiles with tally-ptxas (beside tally), so its kernels get variants: "
                 "sets TRITON_PTXAS_PATH (the ptxas it named before becomes TALLY_PTXAS_REAL). "
-                "Opt-in: on an H100 a Triton kernel's PTB variant faulted (docs/tally-ptxas.md)");
+                "Opt-in until it has run in more programs (docs/tally-ptxas.md)");
   std::string RuntimePtx = "auto";
   Run->add_option("--runtime-ptx", RuntimePtx,
                   "PTX loaded at run time (NVRTC, CuPy with PTX, Numba: cuModuleLoadData(Ex), "
