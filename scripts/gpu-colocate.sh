@@ -79,8 +79,10 @@
 #                only where DIR has train-gpt; with HP_MODEL "torch", to keep
 #                a full run near 10 minutes)
 #   TRITON_ARGS  BE triton: train_gpt.py's options (default --mm-configs 2
-#                --no-coordinate-descent --batch 32: few GEMM configurations
-#                to autotune, so the cold compile fits a device command)
+#                --no-coordinate-descent --batch 32 --deterministic: few GEMM
+#                configurations to autotune, so the cold compile fits a device
+#                command; without --deterministic plain runs under MPS did
+#                not always give the same losses, so the check means nothing)
 #   TRITON_CACHES  BE triton: the folder of the Triton and Inductor caches,
 #                kept (default: a temporary one, removed at the end; with a
 #                kept one a second round on the machine starts in seconds)
@@ -219,7 +221,7 @@ fi
 # BE triton: every run compiles with tally-ptxas into the same caches.
 TRITON_ENV=()
 TRITON_TMP=
-TRITON_ARGS=${TRITON_ARGS:---mm-configs 2 --no-coordinate-descent --batch 32}
+TRITON_ARGS=${TRITON_ARGS:---mm-configs 2 --no-coordinate-descent --batch 32 --deterministic}
 TRITON_TIMEOUT=${TRITON_TIMEOUT:-420}
 if has_conf triton; then
   "$PY" -c 'import triton' >/dev/null 2>&1 || die "BE_CONFS has triton, but $PY cannot import triton"

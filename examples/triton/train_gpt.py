@@ -9,7 +9,10 @@ born as PTX at run time. Under
     tally run --priority=best-effort --triton-ptxas -- python3 train_gpt.py
 
 Triton compiles them with tally-ptxas, so they get Tally's sliced and PTB
-variants and can be preempted. Everything is deterministic: the token
+variants and can be preempted. Everything is meant to be deterministic
+(with --deterministic, which turns on PyTorch's and Inductor's
+deterministic modes: without it, plain runs under MPS were seen to give a
+second sequence of losses): the token
 embedding is a one-hot matrix product (no scatter with atomics in the
 backward pass), attention is written out (no fused SDPA kernel), the data
 is drawn from a seeded generator. So the per-step losses, printed exactly
@@ -18,6 +21,7 @@ kernels are the same (the same Triton and Inductor caches).
 
 Usage: train_gpt.py [--steps N] [--layers L] [--dim D] [--heads H]
                     [--seq T] [--batch B] [--vocab V] [--seed S] [--eager]
+                    [--mm-configs N] [--no-coordinate-descent] [--deterministic]
 Prints "step N loss <hex> <decimal>" per step on stdout; timings on stderr.
 """
 import argparse
@@ -44,13 +48,22 @@ def main():
                          "and reduction kernels (far fewer compilations)")
     ap.add_argument("--eager", action="store_true",
                     help="no torch.compile (PyTorch's own kernels: no PTX)")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="torch.use_deterministic_algorithms(True), which also puts Inductor "
+                         "in its deterministic mode (measured on an H100: without it, plain runs "
+                         "under MPS sometimes gave a second sequence of losses)")
     a = ap.parse_args()
 
+    import os
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
     import torch._inductor.config as ic
 
+    if a.deterministic:
+        # cuBLAS (PyTorch's own GEMMs) needs a fixed workspace for it.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     ic.max_autotune_gemm_backends = "TRITON"
     if a.mm_configs:
         tc = getattr(ic, "test_configs", None)
