@@ -23,9 +23,11 @@ Usage: train_gpt.py [--steps N] [--layers L] [--dim D] [--heads H]
                     [--seq T] [--batch B] [--vocab V] [--seed S] [--eager]
                     [--mm-configs N] [--no-coordinate-descent] [--deterministic]
 Prints "step N loss <hex> <decimal>" per step on stdout; timings on stderr.
+SIGTERM ends the run after the step in progress (exit 0).
 """
 import argparse
 import math
+import signal
 import sys
 import time
 
@@ -137,9 +139,16 @@ def main():
         loss.backward()
         return loss
 
+    # SIGTERM ends the run after the step in progress, cleanly (exit 0, the
+    # process's exit handlers run: a benchmark stops it so).
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     gen = torch.Generator().manual_seed(a.seed + 1)
     t_start = time.perf_counter()
+    done = 0
     for step in range(a.steps):
+        if stop:
+            break
         t0 = time.perf_counter()
         data = torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=gen)
         idx, tgt = data[:, :-1].to(dev), data[:, 1:].to(dev)
@@ -149,8 +158,10 @@ def main():
         v = loss.item()
         print(f"step {step} loss {v.hex()} {v:.6f}", flush=True)
         print(f"step {step}: {1e3 * (time.perf_counter() - t0):.1f} ms", file=sys.stderr)
+        done += 1
     torch.cuda.synchronize()
-    print(f"total {time.perf_counter() - t_start:.1f} s for {a.steps} steps", file=sys.stderr)
+    why = " (stopped by SIGTERM)" if stop else ""
+    print(f"total {time.perf_counter() - t_start:.1f} s for {done} steps{why}", file=sys.stderr)
 
 
 if __name__ == "__main__":
