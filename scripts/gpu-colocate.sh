@@ -661,8 +661,8 @@ colo() {
   local notes=
   ((bealive)) || notes="BE ended before HP did (exit $BERC)"
   if [[ $conf == gpt || $conf == torch || $conf == triton ]]; then
-    # Stopped by SIGTERM: train.py and train-gpt end cleanly (0; 143 from an
-    # older train-gpt).
+    # Stopped by SIGTERM: train.py, train-gpt and train_gpt.py end cleanly
+    # (0; 143 from an older train-gpt).
     [[ $BERC == 143 || $BERC == 0 ]] || check "$name: BE run" FAIL "exit $BERC: $(errtail "$L/$name.be.err")"
     [[ $conf == gpt || $conf == triton ]] && is_tally "$sys" && check_losses "$name" "$conf"
   else
