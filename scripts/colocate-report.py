@@ -7,8 +7,18 @@ Reads OUT/colocate/runs.tsv (one row per run: system, be, be_block_us,
 hp_csv, be_log, be_kind, be_ref, stats, notes), the files it names,
 OUT/colocate/checks.tsv and OUT/colocate/device.txt. Writes OUT/colocate.csv
 (system, be_block_us, hp_p50, hp_p99, hp_p999, hp_mean, be_rate,
-be_rate_fraction_of_alone, notes, after `#` lines with the device, date and
-driver) and prints the same as markdown, with the checks.
+be_rate_fraction_of_alone, notes, hp_served_fraction, system_throughput,
+be_preemptions, be_preempt_p50_us, be_preempt_p99_us, be_preempt_max_us,
+after `#` lines with the device, date and driver) and prints the same as
+markdown (without the preemption columns, which the notes summarize), with
+the checks.
+
+System throughput, as in the Tally paper: the sum of the two jobs'
+throughputs, each normalized to the job alone: HP's share of its requests
+served (those that arrived in its window; all of them when it keeps up)
+plus BE's rate as a fraction of BE alone's; 2.0 would be two GPUs' worth.
+Only for co-located runs. The preemption columns come from the BE
+process's Tally statistics (flag raised to workers gone, host-observed).
 
 HP percentiles are computed here from the latencies (nearest rank, as
 hp-serve does; benchmarks/torch/serve.py writes the same CSV). BE's rate is
@@ -155,6 +165,23 @@ def stats_note(paths):
     return "; ".join(notes)
 
 
+def be_preemptions(paths):
+    """The BE process's preemption latency summary (count, p50, p99, max,
+    us: flag raised to workers gone) from its stats JSON; {} without one or
+    without preemptions."""
+    for p in paths:
+        if not p.endswith(".be.json") or not os.path.exists(p):
+            continue
+        try:
+            with open(p) as f:
+                lat = json.load(f).get("preemption_latency_us", {})
+            if isinstance(lat, dict) and lat.get("count"):
+                return {k: lat.get(k) for k in ("count", "p50", "p99", "max")}
+        except (OSError, ValueError, AttributeError):
+            pass
+    return {}
+
+
 def fmt(v, digits=1):
     return "" if v is None else f"{v:.{digits}f}"
 
@@ -184,7 +211,7 @@ def main():
     alone_rate = {}
     for r in runs:
         notes = [r["notes"]] if r["notes"] else []
-        p50 = p99 = p999 = mean = None
+        p50 = p99 = p999 = mean = served = None
         window = None
         if r["hp_csv"]:
             if not os.path.exists(r["hp_csv"]):
@@ -196,6 +223,9 @@ def main():
                     notes.append("no HP requests")
                 p50, p99, p999 = (percentile(s, q) for q in (0.5, 0.99, 0.999))
                 mean = sum(s) / len(s) if s else None
+                # The requests it served of those that arrived in its
+                # window (HP alone serves them all at this load).
+                served = (len(s) - unserved) / len(s) if s else None
                 if unserved:
                     notes.append(f"{unserved} of {len(s)} HP requests unserved: "
                                  "percentiles are lower bounds")
@@ -216,18 +246,27 @@ def main():
                 notes.append("BE rate in train_gpt.py steps/s")
             elif r["be_kind"] == "torch":
                 notes.append("BE rate in train.py steps/s")
-        st = stats_note([p for p in r["stats"].split(",") if p])
+        stats = [p for p in r["stats"].split(",") if p]
+        st = stats_note(stats)
         if st:
             notes.append(st)
+        pre = be_preemptions(stats)
         rows.append({
             "system": r["system"], "be": r["be"],
             "be_block_us": r["be_block_us"], "hp_p50": p50, "hp_p99": p99,
             "hp_p999": p999, "hp_mean": mean, "be_rate": rate,
-            "be_rate_fraction_of_alone": frac, "notes": "; ".join(notes),
+            "be_rate_fraction_of_alone": frac, "hp_served_fraction": served,
+            "system_throughput": (served + frac if served is not None and frac is not None
+                                  else None),
+            "be_preemptions": pre.get("count"), "be_preempt_p50_us": pre.get("p50"),
+            "be_preempt_p99_us": pre.get("p99"), "be_preempt_max_us": pre.get("max"),
+            "notes": "; ".join(notes),
         })
 
     cols = ["system", "be_block_us", "hp_p50", "hp_p99", "hp_p999", "hp_mean",
-            "be_rate", "be_rate_fraction_of_alone", "notes"]
+            "be_rate", "be_rate_fraction_of_alone", "notes", "hp_served_fraction",
+            "system_throughput", "be_preemptions", "be_preempt_p50_us",
+            "be_preempt_p99_us", "be_preempt_max_us"]
     csv_path = os.path.join(out, "colocate.csv")
     with open(csv_path, "w", newline="") as f:
         for line in header:
@@ -239,7 +278,11 @@ def main():
                 row["system"], row["be_block_us"], fmt(row["hp_p50"]),
                 fmt(row["hp_p99"]), fmt(row["hp_p999"]), fmt(row["hp_mean"]),
                 fmt(row["be_rate"]), fmt(row["be_rate_fraction_of_alone"], 3),
-                row["notes"],
+                row["notes"], fmt(row["hp_served_fraction"], 3),
+                fmt(row["system_throughput"], 3),
+                "" if row["be_preemptions"] is None else row["be_preemptions"],
+                fmt(row["be_preempt_p50_us"]), fmt(row["be_preempt_p99_us"]),
+                fmt(row["be_preempt_max_us"]),
             ])
 
     alone = next((x for x in rows if x["system"] == "alone" and x["be"] == "none"
@@ -250,8 +293,8 @@ def main():
         print(f"- {line}")
     print()
     print("| system | BE | HP p50 us | HP p99 us | HP p999 us | HP mean us | "
-          "p99 vs HP alone | BE rate /s | BE kept | notes |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "p99 vs HP alone | BE rate /s | BE kept | system | notes |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for row in rows:
         vs = ""
         if (alone and row["hp_p99"] is not None and row is not alone
@@ -263,7 +306,7 @@ def main():
         cells = [row["system"], be, fmt(row["hp_p50"]), fmt(row["hp_p99"]),
                  fmt(row["hp_p999"]), fmt(row["hp_mean"]), vs,
                  fmt(row["be_rate"]), fmt(row["be_rate_fraction_of_alone"], 3),
-                 row["notes"].replace("|", "/")]
+                 fmt(row["system_throughput"], 2), row["notes"].replace("|", "/")]
         print("| " + " | ".join(cells) + " |")
 
     checks_path = os.path.join(base, "checks.tsv")

@@ -233,3 +233,8 @@ set_tests_properties(tally-run-bad-value PROPERTIES
 add_test(NAME stats-diff
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats-diff.py
           ${PROJECT_SOURCE_DIR}/scripts/stats-diff.py)
+# scripts/colocate-report.py (the co-location benchmark's report) on a
+# made-up run: BE kept, HP served, system throughput, preemption columns.
+add_test(NAME colocate-report
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-colocate-report.py
+          ${PROJECT_SOURCE_DIR}/scripts/colocate-report.py)
