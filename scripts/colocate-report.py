@@ -9,7 +9,7 @@ OUT/colocate/checks.tsv and OUT/colocate/device.txt. Writes OUT/colocate.csv
 (system, be_block_us, hp_p50, hp_p99, hp_p999, hp_mean, be_rate,
 be_rate_fraction_of_alone, notes, hp_served_fraction, system_throughput,
 be_preemptions, be_preempt_p50_us, be_preempt_p99_us, be_preempt_max_us,
-after `#` lines with the device, date and driver) and prints the same as
+be_share_preemptible, after `#` lines with the device, date and driver) and prints the same as
 markdown (without the preemption columns, which the notes summarize), with
 the checks.
 
@@ -18,7 +18,9 @@ throughputs, each normalized to the job alone: HP's share of its requests
 served (those that arrived in its window; all of them when it keeps up)
 plus BE's rate as a fraction of BE alone's; 2.0 would be two GPUs' worth.
 Only for co-located runs. The preemption columns come from the BE
-process's Tally statistics (flag raised to workers gone, host-observed).
+process's Tally statistics (flag raised to workers gone, host-observed), as
+does the share of its GPU time in preemptible forms (PTB, sliced), where it
+timed launches (gpu-colocate.sh times one in 16 of each BE kernel's).
 
 HP percentiles are computed here from the latencies (nearest rank, as
 hp-serve does; benchmarks/torch/serve.py writes the same CSV). BE's rate is
@@ -148,6 +150,10 @@ def stats_note(paths):
             lat = s.get("preemption_latency_us", {})
             if lat.get("count"):
                 text += f" (p99 {lat.get('p99', 0):.1f} us)"
+            timing = s.get("timing", {})
+            if role == "BE" and isinstance(timing, dict) and timing.get("timed_launches"):
+                text += (f", {100 * s.get('share_preemptible', 0):.1f} % of GPU time"
+                         " preemptible")
             sch = s.get("scheduler")
             if isinstance(sch, dict):
                 if not sch.get("enabled"):
@@ -180,6 +186,23 @@ def be_preemptions(paths):
         except (OSError, ValueError, AttributeError):
             pass
     return {}
+
+
+def be_share_preemptible(paths):
+    """The share of the BE process's GPU time in preemptible forms (PTB,
+    sliced) from its stats JSON, where it timed launches; else None."""
+    for p in paths:
+        if not p.endswith(".be.json") or not os.path.exists(p):
+            continue
+        try:
+            with open(p) as f:
+                s = json.load(f)
+            timing = s.get("timing", {})
+            if isinstance(timing, dict) and timing.get("timed_launches"):
+                return s.get("share_preemptible")
+        except (OSError, ValueError, AttributeError):
+            pass
+    return None
 
 
 def fmt(v, digits=1):
@@ -251,6 +274,7 @@ def main():
         if st:
             notes.append(st)
         pre = be_preemptions(stats)
+        pre_share = be_share_preemptible(stats)
         rows.append({
             "system": r["system"], "be": r["be"],
             "be_block_us": r["be_block_us"], "hp_p50": p50, "hp_p99": p99,
@@ -260,13 +284,13 @@ def main():
                                   else None),
             "be_preemptions": pre.get("count"), "be_preempt_p50_us": pre.get("p50"),
             "be_preempt_p99_us": pre.get("p99"), "be_preempt_max_us": pre.get("max"),
-            "notes": "; ".join(notes),
+            "be_share_preemptible": pre_share, "notes": "; ".join(notes),
         })
 
     cols = ["system", "be_block_us", "hp_p50", "hp_p99", "hp_p999", "hp_mean",
             "be_rate", "be_rate_fraction_of_alone", "notes", "hp_served_fraction",
             "system_throughput", "be_preemptions", "be_preempt_p50_us",
-            "be_preempt_p99_us", "be_preempt_max_us"]
+            "be_preempt_p99_us", "be_preempt_max_us", "be_share_preemptible"]
     csv_path = os.path.join(out, "colocate.csv")
     with open(csv_path, "w", newline="") as f:
         for line in header:
@@ -282,7 +306,7 @@ def main():
                 fmt(row["system_throughput"], 3),
                 "" if row["be_preemptions"] is None else row["be_preemptions"],
                 fmt(row["be_preempt_p50_us"]), fmt(row["be_preempt_p99_us"]),
-                fmt(row["be_preempt_max_us"]),
+                fmt(row["be_preempt_max_us"]), fmt(row["be_share_preemptible"], 3),
             ])
 
     alone = next((x for x in rows if x["system"] == "alone" and x["be"] == "none"

@@ -119,8 +119,13 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
   // for (hp-serve's median went from 210 to 331 us on an H100): only when
   // asked for there.
   C.StatsTiming = C.Prio != Priority::High;
-  if (!Flag("TALLY_STATS_TIMING", C.StatsTiming))
-    return C;
+  if (const char *V = GetEnv("TALLY_STATS_TIMING"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 1000000, N))
+      return Fail("TALLY_STATS_TIMING", V, "0, 1, or N from 2 to 1000000: one launch in N timed");
+    C.StatsTiming = N > 0;
+    C.StatsTimingEvery = N > 1 ? static_cast<uint32_t>(N) : 1;
+  }
   if (!Flag("TALLY_STATS_TURNAROUND", C.StatsTurnaround))
     return C;
   if (const char *V = GetEnv("TALLY_PTB_CHUNK"); V && *V) {

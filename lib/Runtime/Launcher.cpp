@@ -632,7 +632,7 @@ Timing Runtime::Impl::timingStart(ContextState *C, CUstream S) {
   return T;
 }
 
-void Runtime::Impl::timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K,
+void Runtime::Impl::timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K, Form F,
                               bool Launched) {
   CUevent End = Launched ? acquireEvent(*C, true) : nullptr;
   if (!End || D.cuEventRecord(End, S) != CUDA_SUCCESS) {
@@ -645,7 +645,7 @@ void Runtime::Impl::timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry
   size_t Pending;
   {
     std::lock_guard<std::mutex> G(TMu);
-    Timed.push_back({K, C, T.Start, End});
+    Timed.push_back({K, C, T.Start, End, F});
     Pending = Timed.size();
   }
   if (Pending > 512)
@@ -666,9 +666,10 @@ void Runtime::Impl::harvestTiming(bool All) {
       Timed.pop_front();
       float Ms = 0;
       if (Q == CUDA_SUCCESS && D.cuEventElapsedTime(&Ms, TL.Start, TL.End) == CUDA_SUCCESS) {
-        TL.K->GpuNanos.fetch_add(static_cast<uint64_t>(double(Ms) * 1e6),
-                                 std::memory_order_relaxed);
-        TL.K->TimedLaunches.fetch_add(1, std::memory_order_relaxed);
+        const int F = static_cast<int>(TL.F);
+        TL.K->GpuNanos[F].fetch_add(static_cast<uint64_t>(double(Ms) * 1e6),
+                                    std::memory_order_relaxed);
+        TL.K->TimedLaunches[F].fetch_add(1, std::memory_order_relaxed);
       }
     }
     std::lock_guard<std::mutex> G(TL.C->Mu);

@@ -594,11 +594,17 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   // the mechanism on its own): HP launches are announced, BE launches are
   // decided by the policy in launchBe.
   bool Sched = S.Cfg.Schedule && !S.Cfg.RandomPreemptions;
+  // Timed for the statistics: every launch, or one in StatsTimingEvery of
+  // this kernel's.
+  const bool TimeIt = S.Cfg.Stats && S.Cfg.StatsTiming &&
+                      (S.Cfg.StatsTimingEvery <= 1 ||
+                       K->TimingTurn.fetch_add(1, std::memory_order_relaxed) %
+                               S.Cfg.StatsTimingEvery ==
+                           0);
   // A BE process with no HP activity to protect runs originals untracked:
   // decided without capture checks or context lookups (mode cached for a
   // few microseconds).
-  if (Sched && !Hp && !S.Cfg.Forced && !(S.Cfg.Stats && S.Cfg.StatsTiming) &&
-      S.Co.Usable && S.freeMode()) {
+  if (Sched && !Hp && !S.Cfg.Forced && !TimeIt && S.Co.Usable && S.freeMode()) {
     S.Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
     CUresult R = Original();
     if (R == CUDA_SUCCESS)
@@ -612,7 +618,7 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   if (!Stream)
     Stream = A.PerThreadStream ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
   bool Capturing = false;
-  if (F != Form::Original || (S.Cfg.Stats && S.Cfg.StatsTiming) || Sched) {
+  if (F != Form::Original || TimeIt || Sched) {
     CUstreamCaptureStatus St = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult R = S.D.cuStreamIsCapturing ? S.D.cuStreamIsCapturing(Stream, &St)
                                          : CUDA_ERROR_NOT_SUPPORTED;
@@ -622,27 +628,28 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
       F = Form::Original;
     }
   }
-  ContextState *C =
-      F != Form::Original || (Sched && !Capturing) ||
-              (S.Cfg.Stats && S.Cfg.StatsTiming && !Capturing)
-          ? S.context()
-                                                                                 : nullptr;
+  ContextState *C = F != Form::Original || ((Sched || TimeIt) && !Capturing) ? S.context()
+                                                                               : nullptr;
   if (!C)
     F = Form::Original;
-  Timing T = S.Cfg.Stats && S.Cfg.StatsTiming && C && !Capturing ? S.timingStart(C, Stream)
-                                                                  : Timing{};
+  const bool Timed = TimeIt && C && !Capturing;
+  // A scheduled BE launch starts its timing itself, after any hold.
+  const bool BeScheduled = Sched && !Hp && C;
+  Timing T = Timed && !BeScheduled ? S.timingStart(C, Stream) : Timing{};
   CUresult R = CUDA_SUCCESS;
   bool Done = false;
   if (Sched && Hp && F == Form::Original) {
     R = S.launchHp(A, Original, C, Stream, Capturing, EnteredNs);
     Done = true;
-  } else if (Sched && !Hp && C) {
+  } else if (BeScheduled) {
     S.coordinate(*C);
     if (S.Co.Usable) {
-      R = S.launchBe(*K, A, Original, *C, Stream, F);
+      R = S.launchBe(*K, A, Original, *C, Stream, F, Timed ? &T : nullptr);
       Done = true;
     } else {
       F = S.choose(*K, A); // no scheduler: as in one process
+      if (Timed)
+        T = S.timingStart(C, Stream);
     }
   }
   if (!Done)
@@ -652,7 +659,7 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   if (R == CUDA_SUCCESS)
     K->Launches[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed);
   if (T.Start)
-    S.timingEnd(C, Stream, T, K, R == CUDA_SUCCESS);
+    S.timingEnd(C, Stream, T, K, F, R == CUDA_SUCCESS);
   return R;
 }
 

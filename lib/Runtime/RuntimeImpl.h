@@ -73,7 +73,18 @@ struct KernelEntry {
 
   std::atomic<uint64_t> Launches[3] = {}; ///< by Form
   std::atomic<uint64_t> Preemptions{0}, Resumptions{0}, Captured{0}, Fallbacks{0};
-  std::atomic<uint64_t> GpuNanos{0}, TimedLaunches{0};
+  /// By Form: the timed launches and their GPU time (all launches, or one
+  /// in Config::StatsTimingEvery; gpuNanos() scales them to every launch).
+  std::atomic<uint64_t> GpuNanos[3] = {}, TimedLaunches[3] = {};
+  /// Launches seen by the sampled timing (one in StatsTimingEvery timed).
+  std::atomic<uint64_t> TimingTurn{0};
+
+  /// Estimated GPU time of the launches in form \p F: the timed ones'
+  /// mean times all of them (0 when none was timed).
+  uint64_t gpuNanos(int F) const {
+    uint64_t T = TimedLaunches[F].load(), N = Launches[F].load();
+    return T ? static_cast<uint64_t>(double(GpuNanos[F].load()) * double(N) / double(T)) : 0;
+  }
 
   bool hasVariants() const { return Slice || Ptb; }
 };
@@ -169,6 +180,7 @@ struct TimedLaunch {
   KernelEntry *K;
   ContextState *C;
   CUevent Start, End;
+  Form F;
 };
 
 /// A BE launch being measured for the profile: checked when it is done.
@@ -412,7 +424,8 @@ struct Runtime::Impl {
   void waitForContext(const ContextState *C);
   void stopPreemptor();
   Timing timingStart(ContextState *C, CUstream S);
-  void timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K, bool Launched);
+  /// \p F: the form the launch was made in (its time counts there).
+  void timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K, Form F, bool Launched);
   void harvestTiming(bool All);
 
   // Scheduler.cpp
@@ -446,8 +459,10 @@ struct Runtime::Impl {
   /// of --stats (0: not measured, and neither are the other parts).
   CUresult launchHp(const LaunchArgs &A, PassThrough Original, ContextState *C, CUstream S,
                     bool Capturing, uint64_t EnteredNs);
+  /// \p T (when the launch is timed for the statistics): its start is
+  /// recorded here, after any hold, so that the time is the launch's own.
   CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
-                    CUstream S, Form &F);
+                    CUstream S, Form &F, Timing *T = nullptr);
   /// Holds until this context's BE launches (the last one, and the queued
   /// ones) have ended and, unless \p HpMatters is false (a launch allowed
   /// beside HP), HP is idle.

@@ -782,7 +782,7 @@ void Runtime::Impl::finishMeasurement() {
 }
 
 CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
-                                 ContextState &C, CUstream S, Form &F) {
+                                 ContextState &C, CUstream S, Form &F, Timing *T) {
   std::lock_guard<std::mutex> BeLock(Co.BeMu);
   Policy::Mode Mode;
   observeBusy(&Mode);
@@ -792,6 +792,8 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     // watched, in case HP arrives while it runs).
     Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
     F = Cfg.Forced ? choose(K, A) : Form::Original;
+    if (T)
+      *T = timingStart(&C, S);
     return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
   // One BE launch at a time, each after HP has been idle for the window;
@@ -810,6 +812,8 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     if (!C.BeStart || !C.BeDone) {
       holdWhileHpBusy(C);
       F = Form::Original;
+      if (T)
+        *T = timingStart(&C, S);
       return Original();
     }
   }
@@ -904,6 +908,8 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   bool Timed = Co.Measure.Active;
   if (Timed && D.cuEventRecord(C.BeStart, S) != CUDA_SUCCESS)
     Co.Measure.Active = Timed = false;
+  if (T)
+    *T = timingStart(&C, S); // after the holds: the launch's own time
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
   if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)

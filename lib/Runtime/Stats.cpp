@@ -28,6 +28,8 @@ struct Row {
   std::string Why;
   uint64_t Launches[3] = {};
   uint64_t Preemptions = 0, Resumptions = 0, Captured = 0, Fallbacks = 0, GpuNanos = 0;
+  uint64_t GpuByForm[3] = {}; ///< estimated (KernelEntry::gpuNanos)
+  uint64_t Timed = 0;
   uint64_t total() const { return Launches[0] + Launches[1] + Launches[2]; }
 };
 
@@ -70,7 +72,12 @@ void Runtime::Impl::writeStats() {
       It->Resumptions += K.Resumptions.load();
       It->Captured += K.Captured.load();
       It->Fallbacks += K.Fallbacks.load();
-      It->GpuNanos += K.GpuNanos.load();
+      for (int F = 0; F < 3; ++F) {
+        uint64_t Ns = K.gpuNanos(F);
+        It->GpuByForm[F] += Ns;
+        It->GpuNanos += Ns;
+        It->Timed += K.TimedLaunches[F].load();
+      }
     }
   }
   std::stable_sort(Rows.begin(), Rows.end(), [](const Row &A, const Row &B) {
@@ -78,9 +85,13 @@ void Runtime::Impl::writeStats() {
       return A.HasVariants;
     return A.GpuNanos > B.GpuNanos;
   });
-  uint64_t Total = 0, Without = 0, LaunchesAll = 0, LaunchesWithout = 0;
+  uint64_t Total = 0, Without = 0, LaunchesAll = 0, LaunchesWithout = 0, TimedAll = 0;
+  uint64_t ByForm[3] = {};
   for (const Row &R : Rows) {
     Total += R.GpuNanos;
+    TimedAll += R.Timed;
+    for (int F = 0; F < 3; ++F)
+      ByForm[F] += R.GpuByForm[F];
     LaunchesAll += R.total();
     if (!R.HasVariants) {
       Without += R.GpuNanos;
@@ -88,6 +99,10 @@ void Runtime::Impl::writeStats() {
     }
   }
   double Share = Total ? double(Without) / double(Total) : 0.0;
+  // The GPU time spent in forms HP can stop (a PTB launch between logical
+  // blocks, sliced work between slices).
+  double Preemptible = Total ? double(ByForm[1] + ByForm[2]) / double(Total) : 0.0;
+  const uint32_t Every = Cfg.StatsTiming ? Cfg.StatsTimingEvery : 0;
   std::string Mode = Cfg.Forced ? formName(Cfg.Force) : "automatic";
 
   FILE *E = stderr;
@@ -120,6 +135,17 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)LaunchesAll, (unsigned long long)LaunchesWithout, Total / 1e6,
                100.0 * Share, (unsigned long long)CooperativeLaunches.load(),
                (unsigned long long)GraphLaunches.load());
+  if (!Every)
+    std::fprintf(E, "tally: launches not timed (TALLY_STATS_TIMING=0): no GPU times\n");
+  else
+    std::fprintf(E,
+                 "tally: GPU time by form: original %.3f ms, sliced %.3f ms, PTB %.3f ms "
+                 "(%.1f %% preemptible); %llu launches timed%s\n",
+                 ByForm[0] / 1e6, ByForm[1] / 1e6, ByForm[2] / 1e6, 100.0 * Preemptible,
+                 (unsigned long long)TimedAll,
+                 Every > 1 ? (", one in " + std::to_string(Every) +
+                              " of each kernel's: the times are estimates").c_str()
+                           : "");
   RuntimePtxState::Counts Px;
   {
     std::lock_guard<std::mutex> G(Ptx.Mu);
@@ -275,6 +301,12 @@ void Runtime::Impl::writeStats() {
                   "  \"form\": \"%s\",\n  \"random_preemptions\": %u,\n",
                static_cast<int>(getpid()), Cfg.Prio == Priority::High ? "high" : "best-effort",
                Mode.c_str(), Cfg.RandomPreemptions);
+  std::fprintf(J,
+               "  \"timing\": {\"every\": %u, \"timed_launches\": %llu},\n"
+               "  \"gpu_ms_by_form\": {\"original\": %.6f, \"slice\": %.6f, \"ptb\": %.6f},\n"
+               "  \"share_preemptible\": %.6f,\n",
+               Every, (unsigned long long)TimedAll, ByForm[0] / 1e6, ByForm[1] / 1e6,
+               ByForm[2] / 1e6, Preemptible);
   std::fprintf(J, "  \"gpu_ms\": %.6f,\n  \"gpu_ms_without_variants\": %.6f,\n"
                   "  \"share_without_variants\": %.6f,\n  \"cooperative_launches\": %llu,\n"
                   "  \"graph_launches\": %llu,\n"
@@ -348,12 +380,15 @@ void Runtime::Impl::writeStats() {
     std::fprintf(J,
                  "%s\n    {\"name\": %s, \"has_variants\": %s, \"launches\": {\"original\": %llu, "
                  "\"slice\": %llu, \"ptb\": %llu}, \"preemptions\": %llu, \"resumptions\": %llu, "
-                 "\"captured\": %llu, \"fallbacks\": %llu, \"gpu_ms\": %.6f",
+                 "\"captured\": %llu, \"fallbacks\": %llu, \"gpu_ms\": %.6f, "
+                 "\"gpu_ms_by_form\": {\"original\": %.6f, \"slice\": %.6f, \"ptb\": %.6f}, "
+                 "\"timed_launches\": %llu",
                  I ? "," : "", jsonString(R.Name).c_str(), R.HasVariants ? "true" : "false",
                  (unsigned long long)R.Launches[0], (unsigned long long)R.Launches[1],
                  (unsigned long long)R.Launches[2], (unsigned long long)R.Preemptions,
                  (unsigned long long)R.Resumptions, (unsigned long long)R.Captured,
-                 (unsigned long long)R.Fallbacks, R.GpuNanos / 1e6);
+                 (unsigned long long)R.Fallbacks, R.GpuNanos / 1e6, R.GpuByForm[0] / 1e6,
+                 R.GpuByForm[1] / 1e6, R.GpuByForm[2] / 1e6, (unsigned long long)R.Timed);
     if (!R.HasVariants)
       std::fprintf(J, ", \"why\": %s", jsonString(R.Why).c_str());
     std::fprintf(J, "}");

@@ -18,7 +18,10 @@
 //   TALLY_SEED       seed of the random preemption points (default 1)
 //   TALLY_STATS      1 (table on stderr at exit) or a file for the JSON too
 //   TALLY_STATS_TIMING  0: the statistics count launches but do not time
-//                    them (no events around each launch; default 1)
+//                    them (no events around each launch); 1: time every
+//                    launch (default in BE processes); N (2..1000000):
+//                    time one launch in N of each kernel, and estimate the
+//                    rest from them (default 0 in HP processes)
 //   TALLY_LOG_LEVEL  error | warn | info | debug (default warn)
 //   TALLY_PTB_CHUNK  logical blocks a PTB worker claims at once (default 1)
 //   TALLY_PTB_WORKERS_PER_SM  at most this many PTB workers per SM (default:
@@ -90,6 +93,8 @@ struct Config {
   /// processes, off in HP ones (it raised hp-serve's median latency by half
   /// on an H100).
   bool StatsTiming = true;
+  /// With StatsTiming: one launch in this many of each kernel is timed.
+  uint32_t StatsTimingEvery = 1;
   /// HP with Stats: a thread spins on the completion word to time each
   /// launch's turnaround (off by default: a core spinning beside the
   /// service).

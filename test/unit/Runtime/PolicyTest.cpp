@@ -500,6 +500,15 @@ TEST(SchedulerConfig, StatisticsTimingOffInHpProcessesUnlessAsked) {
   EXPECT_TRUE(configOf({{"TALLY_STATS", "1"}, {"TALLY_PRIORITY", "high"},
                         {"TALLY_STATS_TIMING", "1"}}, E).StatsTiming);
   EXPECT_FALSE(configOf({{"TALLY_STATS", "1"}, {"TALLY_STATS_TIMING", "0"}}, E).StatsTiming);
+  // One launch in N timed.
+  Config C = configOf({{"TALLY_STATS", "1"}, {"TALLY_STATS_TIMING", "16"}}, E);
+  EXPECT_TRUE(C.Enabled && C.StatsTiming);
+  EXPECT_EQ(C.StatsTimingEvery, 16u);
+  EXPECT_EQ(configOf({{"TALLY_STATS", "1"}}, E).StatsTimingEvery, 1u);
+  for (const char *Bad : {"1000001", "-1", "sometimes"}) {
+    EXPECT_FALSE(configOf({{"TALLY_STATS_TIMING", Bad}}, E).Enabled) << Bad;
+    EXPECT_NE(E.find("TALLY_STATS_TIMING"), std::string::npos) << E;
+  }
   EXPECT_FALSE(configOf({{"TALLY_PRIORITY", "high"}}, E).StatsTurnaround);
   EXPECT_TRUE(configOf({{"TALLY_PRIORITY", "high"}, {"TALLY_STATS_TURNAROUND", "1"}}, E)
                   .StatsTurnaround);

@@ -286,6 +286,30 @@ TEST(ForcePtb, LaunchGatesTheStreamAndEveryBlockRunsOnce) {
   expectEachBlockOnce(Out);
 }
 
+// Sampled timing (its ctest entry: TALLY_FORCE=ptb, TALLY_STATS_TIMING=4,
+// FAKE_ELAPSED_US=10, and check-stats-sampled.py on the JSON): a kernel
+// without variants launched 8 times (2 timed) and one with variants run as
+// PTB 4 times (1 timed); the statistics scale the timed launches to all.
+TEST(StatsTiming, OneLaunchInNTimed) {
+  Module Plain("st_plain", false, "", /*WithVariants=*/false);
+  Module Ptb("st_ptb");
+  for (int I = 0; I < 8; ++I) {
+    std::vector<int> Out(16);
+    ASSERT_EQ(launchDirect(Plain.K, Out, 16), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+  for (int I = 0; I < 4; ++I) {
+    std::vector<int> Out(16);
+    ASSERT_EQ(launchDirect(Ptb.K, Out, 16), CUDA_SUCCESS);
+    fake_sync();
+    for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+      usleep(1000);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+}
+
 TEST(ForcePtb, PreemptedLaunchesAreResumedToTheEnd) {
   fake_set_blocks_before_flag(2);
   std::set<std::string> Grids; // worker counts seen (random under --preempt)

@@ -38,6 +38,15 @@ set_tests_properties(runtime-force-ptb PROPERTIES
 add_test(NAME runtime-force-ptb-stats
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats.py ${_stats})
 set_tests_properties(runtime-force-ptb-stats PROPERTIES FIXTURES_REQUIRED runtime-ptb-stats)
+# Sampled timing: one launch in four timed, the rest estimated.
+set(_sampled ${CMAKE_CURRENT_BINARY_DIR}/runtime-sampled-stats.json)
+add_test(NAME runtime-stats-sampled COMMAND RuntimeTests --gtest_filter=StatsTiming.*)
+set_tests_properties(runtime-stats-sampled PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS_TIMING=4;FAKE_ELAPSED_US=10;TALLY_STATS=${_sampled}"
+  FIXTURES_SETUP runtime-sampled-stats)
+add_test(NAME runtime-stats-sampled-check
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats-sampled.py ${_sampled})
+set_tests_properties(runtime-stats-sampled-check PROPERTIES FIXTURES_REQUIRED runtime-sampled-stats)
 add_test(NAME runtime-blocking-call COMMAND RuntimeTests --gtest_filter=BlockingCall.*)
 set_tests_properties(runtime-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_LOG_LEVEL=debug"

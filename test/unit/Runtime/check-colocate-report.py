@@ -4,7 +4,8 @@
 HP alone serves 100 requests; beside BE under Tally it serves 90 of 100 in
 its window (10 unserved) while BE, a time-stamped step log (be_kind
 triton), makes 30 steps/s against 60 alone: BE keeps 0.5, the system 1.4.
-The BE process's statistics have 7 preemptions (p50 10, p99 20, max 25 us).
+The BE process's statistics have 7 preemptions (p50 10, p99 20, max 25 us)
+and 62.5 % of its timed GPU time in preemptible forms.
 The report must print those, and its CSV carry them in named columns.
 """
 import csv
@@ -43,6 +44,7 @@ def main():
     step_log(os.path.join(d, "be-alone-triton.be.log"), 60, t0, 10)
     step_log(os.path.join(d, "tally-triton.be.log"), 30, t0 - 1, 12)
     json.dump({"tally_stats_version": 1, "kernels": [],
+               "timing": {"every": 16, "timed_launches": 40}, "share_preemptible": 0.625,
                "preemption_latency_us": {"count": 7, "p50": 10.0, "p99": 20.0, "max": 25.0}},
               open(os.path.join(d, "tally-triton.be.json"), "w"))
     ref = os.path.join(d, "be-alone-triton.be.log")
@@ -71,13 +73,15 @@ def main():
         ("tally", "be_preempt_p50_us"): "10.0",
         ("tally", "be_preempt_p99_us"): "20.0",
         ("tally", "be_preempt_max_us"): "25.0",
+        ("tally", "be_share_preemptible"): "0.625",
         ("alone", "hp_served_fraction"): "1.000",
         ("alone", "system_throughput"): "",
         ("be-alone", "system_throughput"): "",
     }
     bad = [f"{s}.{c}: '{got.get(s, {}).get(c)}', want '{v}'" for (s, c), v in want.items()
            if got.get(s, {}).get(c) != v]
-    if "| tally | train_gpt.py (Triton) |" not in report.stdout or "| 1.40 |" not in report.stdout:
+    if ("| tally | train_gpt.py (Triton) |" not in report.stdout or "| 1.40 |" not in report.stdout
+            or "62.5 % of GPU time preemptible" not in report.stdout):
         bad.append("the markdown row of tally has no BE name or system throughput 1.40:\n"
                    + report.stdout)
     if bad:
