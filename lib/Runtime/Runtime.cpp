@@ -705,6 +705,10 @@ CUresult Runtime::Impl::launchForm(KernelEntry &K, const LaunchArgs &A, PassThro
                                    bool Scheduled, bool Paced) {
   CUresult R = CUDA_SUCCESS;
   bool Done = false;
+  // A launch with attributes a variant cannot honour (a cluster, a
+  // cooperative launch) is always the original's, whatever was chosen.
+  if (A.OriginalOnly)
+    F = Form::Original;
   if (F == Form::Ptb)
     Done = launchPtb(K, A, C, S, R, Pick, Scheduled);
   else if (F == Form::Slice)

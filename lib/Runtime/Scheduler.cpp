@@ -834,6 +834,11 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     // Kernels without variants are measured too under MPS: a short one
     // may run beside HP.
     Sh.Key.Kernel = K.ProfileName.empty() ? K.Name : K.ProfileName;
+    // Launches only the original can make are a shape of their own: the
+    // choice made for the kernel's other launches (a variant) is not theirs,
+    // nor theirs (the original) the others'.
+    if (A.OriginalOnly && !Sh.Key.Kernel.empty())
+      Sh.Key.Kernel += "#original-only";
     for (int I = 0; I < 3; ++I) {
       Sh.Key.Grid[I] = A.Grid[I];
       Sh.Key.Block[I] = A.Block[I];

@@ -996,6 +996,55 @@ template <typename F> bool aliveUntil(tally::rt::Segment &Hp, F Cond) {
 // HP has been quiet for the widen window it is stopped and resumed on 8. A
 // launch started wide while HP was quiet is stopped when HP arrives and
 // resumed on 4 at once, then widened again. Every logical block runs once.
+// A launch only the original can make (a cluster) of a shape whose
+// ordinary launches were decided as PTB (its ctest entry: FAKE_MPS=1,
+// FAKE_ELAPSED_US=100, so that PTB is chosen) runs the
+// original: the choice for the shape is not the cluster launch's. And the
+// other way round: after cluster launches of a shape were decided (the
+// original), ordinary launches of it still get their PTB choice.
+TEST(ScheduleBe, AClusterLaunchNeverTakesTheShapesVariant) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_cluster_shape");
+  Module M2("be_cluster_first");
+  {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS); // joins
+    fake_sync();
+  }
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
+  auto Run = [&](LaunchFn Launch, CUfunction K, int Times) {
+    for (int I = 0; I < Times; ++I) {
+      std::vector<int> Out(40);
+      ASSERT_EQ(Launch(K, Out, 40, nullptr), CUDA_SUCCESS);
+      fake_sync();
+      for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+        usleep(1000);
+      fake_sync();
+      expectEachBlockOnce(Out);
+      bool Rejoined = false;
+      Hp->heartbeat(tally::rt::monotonicNs(), Rejoined);
+    }
+  };
+  Run(launchDirect, M.K, 16); // 7 candidates measured twice, then PTB chosen
+  fake_log_clear();
+  Run(launchDirect, M.K, 1);
+  // (Narrow or wide: HP was active less than the widen window ago.)
+  ASSERT_EQ(fake_log_count("launch be_cluster_shape__tally_ptb ", ""), 1u)
+      << "the shape was not decided as PTB; the test needs it";
+  fake_log_clear();
+  Run(launchCluster, M.K, 3);
+  EXPECT_EQ(fake_log_count("launchex be_cluster_shape ", "grid=40x1x1"), 3u);
+  EXPECT_EQ(fake_log_count("launch be_cluster_shape__tally", ""), 0u)
+      << "a cluster launch ran a variant";
+  // Cluster launches first, then ordinary ones of the same shape.
+  Run(launchCluster, M2.K, 4);
+  fake_log_clear();
+  Run(launchDirect, M2.K, 16);
+  EXPECT_GT(fake_log_count("launch be_cluster_first__tally_", ""), 0u)
+      << "ordinary launches took the cluster launches' choice (the original)";
+}
+
 TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   const char *Expect = std::getenv("TEST_EXPECT_NARROW");
   ASSERT_NE(Expect, nullptr) << "set TEST_EXPECT_NARROW to 0 or 1";

@@ -157,6 +157,12 @@ endforeach()
 set_tests_properties(runtime-schedule-narrow PROPERTIES
   PASS_REGULAR_EXPRESSION "PTB beside HP \\(50 % of a wave of workers\\): [1-9][0-9]* launches started narrow, [1-9][0-9]* narrowed for HP \\(counted as preemptions above\\), [1-9][0-9]* widened after 200000 us of quiet")
 
+add_test(NAME runtime-schedule-cluster-shape
+  COMMAND RuntimeTests --gtest_filter=ScheduleBe.AClusterLaunchNeverTakesTheShapesVariant)
+set_tests_properties(runtime-schedule-cluster-shape PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-cluster-shape;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;FAKE_MPS=1;FAKE_ELAPSED_US=100"
+  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+
 add_test(NAME runtime-schedule-blocking-call
   COMMAND RuntimeTests --gtest_filter=ScheduleBlocking.*)
 set_tests_properties(runtime-schedule-blocking-call PROPERTIES
