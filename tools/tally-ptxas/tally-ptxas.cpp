@@ -92,9 +92,19 @@ std::string self() {
 
 /// The ptxas this program stands in for ("" if none is found).
 std::string realPtxas() {
-  if (const char *E = std::getenv("TALLY_PTXAS_REAL"); E && *E)
-    return E;
   std::string Me = self();
+  if (const char *E = std::getenv("TALLY_PTXAS_REAL"); E && *E) {
+    // Naming this program (through a link, or another spelling of its
+    // path) would make it run itself without end: look further instead.
+    SmallString<256> Real;
+    if (sys::fs::real_path(E, Real) || std::string(Real) != Me)
+      return E;
+    static bool Warned = false;
+    if (!Warned)
+      errs() << "tally-ptxas: TALLY_PTXAS_REAL names tally-ptxas itself (" << E
+             << "); looking for ptxas on PATH\n";
+    Warned = true;
+  }
   if (const char *Path = std::getenv("PATH")) {
     SmallVector<StringRef, 16> Dirs;
     StringRef(Path).split(Dirs, ':', -1, false);

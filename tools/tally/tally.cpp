@@ -592,8 +592,14 @@ int main(int Argc, char **Argv) {
       std::fprintf(stderr, "tally: error: --triton-ptxas: no tally-ptxas at %s\n", Wrapper.c_str());
       return 1;
     }
-    if (const char *Old = std::getenv("TRITON_PTXAS_PATH"); Old && *Old && Wrapper != Old)
-      Set("TALLY_PTXAS_REAL", Old);
+    // (The same program under another path, a link, is not the real ptxas.)
+    if (const char *Old = std::getenv("TRITON_PTXAS_PATH"); Old && *Old && Wrapper != Old) {
+      char *A = realpath(Old, nullptr), *B = realpath(Wrapper.c_str(), nullptr);
+      if (!A || !B || std::strcmp(A, B) != 0)
+        Set("TALLY_PTXAS_REAL", Old);
+      std::free(A);
+      std::free(B);
+    }
     Set("TRITON_PTXAS_PATH", Wrapper);
   }
 
