@@ -9,7 +9,8 @@
 #   bert       the BERT-base sized service beside eager PyTorch training
 # then one report: OUT/all-report.md (each part's table and checks under a
 # heading) and OUT/colocate-all.csv (every part's colocate.csv rows, with
-# the HP service in a first column `hp`).
+# the HP service in a first column `hp`), from every part whose results are
+# in OUT: parts run by earlier commands with the same OUT are kept.
 # The Triton training's caches are filled once, in the first part that
 # runs it (OUT/triton-caches, kept: a second round starts in seconds).
 #
@@ -55,8 +56,6 @@ gpt=
 
 report=$OUT/all-report.md
 csv=$OUT/colocate-all.csv
-: >"$report"
-rm -f "$csv"
 fails=0
 for p in "${parts[@]}"; do
   case $p in
@@ -66,6 +65,7 @@ for p in "${parts[@]}"; do
   esac
   echo "== part $p (BE: $confs)"
   log=$OUT/$p.log
+  rm -f "$OUT/$p.status"
   if HP_MODEL=$model BE_CONFS=$confs OUT=$OUT/$p \
     "$src/scripts/gpu-colocate.sh" "${quick[@]}" "${dir[@]}" >"$log" 2>&1; then
     status=passed
@@ -73,9 +73,19 @@ for p in "${parts[@]}"; do
     status=FAILED
     fails=$((fails + 1))
   fi
+  echo "$status" >"$OUT/$p.status"
   echo "   $status ($(grep -m1 '^co-location failures' "$log" || echo 'no summary line'))"
+done
+
+# The merged report: every part whose results are in OUT, from this
+# command or an earlier one (one part per device command).
+: >"$report"
+rm -f "$csv"
+for p in hp-serve resnet50 bert; do
+  [[ -f $OUT/$p.status && -f $OUT/$p.log ]] || continue
+  log=$OUT/$p.log
   {
-    echo "# $p ($status)"
+    echo "# $p ($(cat "$OUT/$p.status"))"
     echo
     # The part's report: from its table's heading to the end; without one,
     # the end of its log.

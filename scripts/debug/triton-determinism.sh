@@ -20,8 +20,8 @@
 # without --deterministic), PYTHON (see scripts/torch-env.sh).
 # Found with it (H100, 2026-11-24): without --deterministic, plain runs under
 # MPS gave one of two loss sequences (1 of 6 runs, 4 of 6 in another round;
-# 7 of 7 the same without MPS, Tally's forms and scheduling included); with
-# --deterministic, 8 of 8 the same under MPS.
+# 6 of 6 the same as the first plain run without MPS, Tally's forms and
+# scheduling included); with --deterministic, 6 of 6 the same under MPS.
 # Writes $OUT/triton-determinism/*.{txt,err,json} and summary.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -40,6 +40,20 @@ export TRITON_PTXAS_PATH=$R/prefix/bin/tally-ptxas
 read -ra extra <<<"${TRITON_ARGS:---mm-configs 2 --no-coordinate-descent --batch 32}"
 STEPS=${STEPS:-30}
 S=$D/summary.txt
+# On the way out, whatever happened: no MPS daemon or HP process left, no
+# temporary caches.
+hp=
+M=
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+  [[ -z $hp ]] || kill "$hp" 2>/dev/null
+  if [[ -n $M ]]; then
+    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+    rm -rf "$M"
+  fi
+  [[ -n ${TRITON_CACHES:-} ]] || rm -rf "$T"
+}
+trap cleanup EXIT
 : >"$S"
 files() { find "$T" -type f 2>/dev/null | wc -l; }
 
@@ -57,6 +71,7 @@ run() {
     if cmp -s "$D/plain1.txt" "$D/$name.txt"; then
       same=same
     else
+      # (Fields: step N loss HEX DECIMAL: the step and the loss's bits.)
       same="DIFFERENT from step $(diff <(awk '{print $2, $4}' "$D/plain1.txt") <(awk '{print $2, $4}' "$D/$name.txt") |
         awk '/^[<>]/ {print $2; exit}')"
     fi
@@ -74,13 +89,14 @@ run tally-ptb "$TALLY" run --triton-ptxas --force=ptb --preempt=random:6 --stats
 run tally-slice "$TALLY" run --triton-ptxas --force=slice --stats="$D/tally-slice.json" --
 # Beside an HP process: the scheduler measures forms and chooses.
 if [[ -x $R/hp-serve ]]; then
-  "$TALLY" run --priority=high -- "$R/hp-serve" --rate 2000 --duration 60 --seed 1 \
+  "$TALLY" run --priority=high -- "$R/hp-serve" --rate 2000 --duration 300 --seed 1 \
     >"$D/hp.log" 2>"$D/hp.err" &
   hp=$!
   sleep 2
   run tally-beside-hp "$TALLY" run --priority=best-effort --triton-ptxas --stats="$D/tally-beside-hp.json" --
   kill "$hp" 2>/dev/null
   wait "$hp" 2>/dev/null
+  hp=
 fi
 fi
 # The same under MPS (a daemon of its own), where the co-location runs
@@ -99,13 +115,12 @@ if [[ ${MPS:-1} == 1 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
       n=$((n + 1))
       if [[ $k == 1 ]]; then run "mps-seq$n-prio" env CUDA_MPS_CLIENT_PRIORITY=1; else run "mps-seq$n-plain"; fi
     done
-    echo quit | nvidia-cuda-mps-control
     exit 0
   fi
   run mps-plain
   run mps-tally-free "$TALLY" run --priority=best-effort --triton-ptxas --stats="$D/mps-tally-free.json" --
   run mps-plain-prio env CUDA_MPS_CLIENT_PRIORITY=1
-  "$TALLY" run --priority=high -- "$R/hp-serve" --rate 2000 --duration 60 --seed 1 \
+  "$TALLY" run --priority=high -- "$R/hp-serve" --rate 2000 --duration 300 --seed 1 \
     >"$D/mps-hp.log" 2>"$D/mps-hp.err" &
   hp=$!
   sleep 2
@@ -117,7 +132,5 @@ if [[ ${MPS:-1} == 1 ]] && command -v nvidia-cuda-mps-control >/dev/null; then
     --stats="$D/mps-tally-beside-hp-nobeside.json" --
   kill "$hp" 2>/dev/null
   wait "$hp" 2>/dev/null
-  echo quit | nvidia-cuda-mps-control
-  sleep 1
+  hp=
 fi
-[[ -n ${TRITON_CACHES:-} ]] || rm -rf "$T"
