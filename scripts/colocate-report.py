@@ -20,7 +20,10 @@ plus BE's rate as a fraction of BE alone's; 2.0 would be two GPUs' worth.
 Only for co-located runs. The preemption columns come from the BE
 process's Tally statistics (flag raised to workers gone, host-observed), as
 does the share of its GPU time in preemptible forms (PTB, sliced), where it
-timed launches (gpu-colocate.sh times one in 16 of each BE kernel's).
+timed launches (gpu-colocate.sh times one in 16 of each BE kernel's in each
+form). That share is an upper bound when HP was busy: a preempted PTB
+launch's time includes its wait for resumption, sliced work's the waits
+between slices.
 
 HP percentiles are computed here from the latencies (nearest rank, as
 hp-serve does; benchmarks/torch/serve.py writes the same CSV). BE's rate is

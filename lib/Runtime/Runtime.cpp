@@ -595,25 +595,34 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   // decided by the policy in launchBe.
   bool Sched = S.Cfg.Schedule && !S.Cfg.RandomPreemptions;
   // Timed for the statistics: every launch, or one in StatsTimingEvery of
-  // this kernel's.
-  const bool TimeIt = S.Cfg.Stats && S.Cfg.StatsTiming &&
-                      (S.Cfg.StatsTimingEvery <= 1 ||
-                       K->TimingTurn.fetch_add(1, std::memory_order_relaxed) %
-                               S.Cfg.StatsTimingEvery ==
-                           0);
+  // this kernel's in each form (Sample: 1 timed, 0 not, -1 not decided yet:
+  // a scheduled BE launch decides once its form is known).
+  const bool WantTiming = S.Cfg.Stats && S.Cfg.StatsTiming;
+  int Sample = -1;
   // A BE process with no HP activity to protect runs originals untracked:
   // decided without capture checks or context lookups (mode cached for a
-  // few microseconds).
-  if (Sched && !Hp && !S.Cfg.Forced && !TimeIt && S.Co.Usable && S.freeMode()) {
-    S.Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
-    CUresult R = Original();
-    if (R == CUDA_SUCCESS)
-      K->Launches[static_cast<int>(Form::Original)].fetch_add(1, std::memory_order_relaxed);
-    return R;
+  // few microseconds); unless the statistics time this launch.
+  if (Sched && !Hp && !S.Cfg.Forced && S.Co.Usable && S.freeMode()) {
+    if (WantTiming)
+      Sample = S.sampleTiming(*K, Form::Original) ? 1 : 0;
+    if (Sample != 1) {
+      S.Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
+      CUresult R = Original();
+      if (R == CUDA_SUCCESS) {
+        K->Launches[static_cast<int>(Form::Original)].fetch_add(1, std::memory_order_relaxed);
+        if (WantTiming) // (its stream is not checked for a capture here)
+          K->Timeable[static_cast<int>(Form::Original)].fetch_add(1, std::memory_order_relaxed);
+      }
+      return R;
+    }
   }
   Form F = Sched ? Form::Original : S.choose(*K, A);
   if (Sched && Hp && S.Cfg.Forced)
     F = S.choose(*K, A);
+  const bool BeSched = Sched && !Hp;
+  if (WantTiming && Sample < 0 && !BeSched)
+    Sample = S.sampleTiming(*K, F) ? 1 : 0;
+  const bool TimeIt = WantTiming && Sample != 0;
   CUstream Stream = A.Stream;
   if (!Stream)
     Stream = A.PerThreadStream ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
@@ -634,8 +643,11 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
     F = Form::Original;
   const bool Timed = TimeIt && C && !Capturing;
   // A scheduled BE launch starts its timing itself, after any hold.
-  const bool BeScheduled = Sched && !Hp && C;
-  Timing T = Timed && !BeScheduled ? S.timingStart(C, Stream) : Timing{};
+  const bool BeScheduled = BeSched && C;
+  Timing T;
+  T.Sample = Timed ? Sample : 0;
+  if (T.Sample == 1 && !BeScheduled)
+    T.Start = S.timingStart(C, Stream).Start;
   CUresult R = CUDA_SUCCESS;
   bool Done = false;
   if (Sched && Hp && F == Form::Original) {
@@ -649,15 +661,18 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
     } else {
       F = S.choose(*K, A); // no scheduler: as in one process
       if (Timed)
-        T = S.timingStart(C, Stream);
+        S.startTiming(T, *K, F, *C, Stream);
     }
   }
   if (!Done)
     R = F == Form::Original ? Original()
                             : S.launchForm(*K, A, Original, *C, Stream, F, nullptr,
                                            /*Scheduled=*/false, /*Paced=*/false);
-  if (R == CUDA_SUCCESS)
+  if (R == CUDA_SUCCESS) {
     K->Launches[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed);
+    if (WantTiming && C && !Capturing)
+      K->Timeable[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed);
+  }
   if (T.Start)
     S.timingEnd(C, Stream, T, K, F, R == CUDA_SUCCESS);
   return R;

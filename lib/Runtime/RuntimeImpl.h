@@ -74,15 +74,17 @@ struct KernelEntry {
   std::atomic<uint64_t> Launches[3] = {}; ///< by Form
   std::atomic<uint64_t> Preemptions{0}, Resumptions{0}, Captured{0}, Fallbacks{0};
   /// By Form: the timed launches and their GPU time (all launches, or one
-  /// in Config::StatsTimingEvery; gpuNanos() scales them to every launch).
-  std::atomic<uint64_t> GpuNanos[3] = {}, TimedLaunches[3] = {};
-  /// Launches seen by the sampled timing (one in StatsTimingEvery timed).
-  std::atomic<uint64_t> TimingTurn{0};
+  /// in Config::StatsTimingEvery; gpuNanos() scales them to every launch
+  /// that could have been timed: Timeable, not made while capturing).
+  std::atomic<uint64_t> GpuNanos[3] = {}, TimedLaunches[3] = {}, Timeable[3] = {};
+  /// By Form: launches seen by the sampled timing (the first of each form,
+  /// then one in StatsTimingEvery, timed).
+  std::atomic<uint64_t> TimingTurn[3] = {};
 
   /// Estimated GPU time of the launches in form \p F: the timed ones'
-  /// mean times all of them (0 when none was timed).
+  /// mean times all that could have been timed (0 when none was timed).
   uint64_t gpuNanos(int F) const {
-    uint64_t T = TimedLaunches[F].load(), N = Launches[F].load();
+    uint64_t T = TimedLaunches[F].load(), N = std::max(Timeable[F].load(), T);
     return T ? static_cast<uint64_t>(double(GpuNanos[F].load()) * double(N) / double(T)) : 0;
   }
 
@@ -174,6 +176,9 @@ struct ContextState {
 
 struct Timing {
   CUevent Start = nullptr;
+  /// The statistics' sampling for this launch: 1 timed, 0 not, -1 decided
+  /// once its form is known (Runtime::Impl::startTiming).
+  int Sample = 0;
 };
 
 struct TimedLaunch {
@@ -424,6 +429,22 @@ struct Runtime::Impl {
   void waitForContext(const ContextState *C);
   void stopPreemptor();
   Timing timingStart(ContextState *C, CUstream S);
+  /// Is a launch of \p K in form \p F one the statistics time? Every one,
+  /// or one in Config::StatsTimingEvery per kernel and form.
+  bool sampleTiming(KernelEntry &K, Form F) {
+    return Cfg.StatsTimingEvery <= 1 ||
+           K.TimingTurn[static_cast<int>(F)].fetch_add(1, std::memory_order_relaxed) %
+                   Cfg.StatsTimingEvery ==
+               0;
+  }
+  /// Decides \p T's sampling for form \p F where still open, and records
+  /// its start on \p S when it is timed.
+  void startTiming(Timing &T, KernelEntry &K, Form F, ContextState &C, CUstream S) {
+    if (T.Sample < 0)
+      T.Sample = sampleTiming(K, F) ? 1 : 0;
+    if (T.Sample == 1)
+      T.Start = timingStart(&C, S).Start;
+  }
   /// \p F: the form the launch was made in (its time counts there).
   void timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K, Form F, bool Launched);
   void harvestTiming(bool All);

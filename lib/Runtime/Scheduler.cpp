@@ -793,7 +793,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
     F = Cfg.Forced ? choose(K, A) : Form::Original;
     if (T)
-      *T = timingStart(&C, S);
+      startTiming(*T, K, F, C, S);
     return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
   // One BE launch at a time, each after HP has been idle for the window;
@@ -813,7 +813,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
       holdWhileHpBusy(C);
       F = Form::Original;
       if (T)
-        *T = timingStart(&C, S);
+        startTiming(*T, K, F, C, S);
       return Original();
     }
   }
@@ -914,7 +914,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   if (Timed && D.cuEventRecord(C.BeStart, S) != CUDA_SUCCESS)
     Co.Measure.Active = Timed = false;
   if (T)
-    *T = timingStart(&C, S); // after the holds: the launch's own time
+    startTiming(*T, K, F, C, S); // after the holds: the launch's own time
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
   if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)

@@ -20,8 +20,9 @@
 //   TALLY_STATS_TIMING  0: the statistics count launches but do not time
 //                    them (no events around each launch); 1: time every
 //                    launch (default in BE processes); N (2..1000000):
-//                    time one launch in N of each kernel, and estimate the
-//                    rest from them (default 0 in HP processes)
+//                    time the first launch and then one in N of each
+//                    kernel in each form, and estimate the rest from them
+//                    (default 0 in HP processes)
 //   TALLY_LOG_LEVEL  error | warn | info | debug (default warn)
 //   TALLY_PTB_CHUNK  logical blocks a PTB worker claims at once (default 1)
 //   TALLY_PTB_WORKERS_PER_SM  at most this many PTB workers per SM (default:

@@ -146,6 +146,28 @@ CUresult launchDirect(CUfunction K, std::vector<int> &Out, unsigned G, CUstream 
   return cuLaunchKernel(K, G, 1, 1, 32, 1, 1, 0, S, Args, nullptr);
 }
 
+/// Launches \p K as launchDirect does, through cuLaunchKernelEx with a
+/// cluster of two blocks: a launch that only the original can make.
+CUresult launchCluster(CUfunction K, std::vector<int> &Out, unsigned G, CUstream S = nullptr) {
+  int *P = Out.data();
+  int N = static_cast<int>(Out.size());
+  void *Args[] = {&P, &N};
+  CUlaunchAttribute A[1];
+  A[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  A[0].value.clusterDim.x = 2;
+  A[0].value.clusterDim.y = 1;
+  A[0].value.clusterDim.z = 1;
+  CUlaunchConfig C = {};
+  C.gridDimX = G, C.gridDimY = 1, C.gridDimZ = 1;
+  C.blockDimX = 32, C.blockDimY = 1, C.blockDimZ = 1;
+  C.hStream = S;
+  C.attrs = A;
+  C.numAttrs = 1;
+  return cuLaunchKernelEx(&C, K, Args, nullptr);
+}
+
+using LaunchFn = CUresult (*)(CUfunction, std::vector<int> &, unsigned, CUstream);
+
 void expectEachBlockOnce(const std::vector<int> &Out) {
   for (size_t I = 0; I < Out.size(); ++I)
     ASSERT_EQ(Out[I], 1) << "logical block " << I;
@@ -289,7 +311,9 @@ TEST(ForcePtb, LaunchGatesTheStreamAndEveryBlockRunsOnce) {
 // Sampled timing (its ctest entry: TALLY_FORCE=ptb, TALLY_STATS_TIMING=4,
 // FAKE_ELAPSED_US=10, and check-stats-sampled.py on the JSON): a kernel
 // without variants launched 8 times (2 timed) and one with variants run as
-// PTB 4 times (1 timed); the statistics scale the timed launches to all.
+// PTB 4 times (1 timed) and, between them, once as the original (a cluster
+// launch: timed, the first of its form); the statistics scale the timed
+// launches of each form to all of that form.
 TEST(StatsTiming, OneLaunchInNTimed) {
   Module Plain("st_plain", false, "", /*WithVariants=*/false);
   Module Ptb("st_ptb");
@@ -299,9 +323,9 @@ TEST(StatsTiming, OneLaunchInNTimed) {
     fake_sync();
     expectEachBlockOnce(Out);
   }
-  for (int I = 0; I < 4; ++I) {
+  for (int I = 0; I < 5; ++I) {
     std::vector<int> Out(16);
-    ASSERT_EQ(launchDirect(Ptb.K, Out, 16), CUDA_SUCCESS);
+    ASSERT_EQ((I == 2 ? launchCluster : launchDirect)(Ptb.K, Out, 16, nullptr), CUDA_SUCCESS);
     fake_sync();
     for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
       usleep(1000);
@@ -736,27 +760,6 @@ bool launchedBesideHp(tally::rt::Segment &Hp, uint64_t Seq, CUfunction K, std::v
 /// joins the segment, an HP request of \p Hp comes and goes (Guarded mode
 /// from then on), then two measurements of the original while HP is idle
 /// and a third launch that reads the second and decides.
-/// Launches \p K as launchDirect does, through cuLaunchKernelEx with a
-/// cluster of two blocks: a launch that only the original can make.
-CUresult launchCluster(CUfunction K, std::vector<int> &Out, unsigned G, CUstream S = nullptr) {
-  int *P = Out.data();
-  int N = static_cast<int>(Out.size());
-  void *Args[] = {&P, &N};
-  CUlaunchAttribute A[1];
-  A[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  A[0].value.clusterDim.x = 2;
-  A[0].value.clusterDim.y = 1;
-  A[0].value.clusterDim.z = 1;
-  CUlaunchConfig C = {};
-  C.gridDimX = G, C.gridDimY = 1, C.gridDimZ = 1;
-  C.blockDimX = 32, C.blockDimY = 1, C.blockDimZ = 1;
-  C.hStream = S;
-  C.attrs = A;
-  C.numAttrs = 1;
-  return cuLaunchKernelEx(&C, K, Args, nullptr);
-}
-
-using LaunchFn = CUresult (*)(CUfunction, std::vector<int> &, unsigned, CUstream);
 
 void measureWhileHpIdle(tally::rt::Segment &Hp, CUfunction K, LaunchFn Launch = launchDirect) {
   {
