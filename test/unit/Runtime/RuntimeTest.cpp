@@ -146,17 +146,14 @@ CUresult launchDirect(CUfunction K, std::vector<int> &Out, unsigned G, CUstream 
   return cuLaunchKernel(K, G, 1, 1, 32, 1, 1, 0, S, Args, nullptr);
 }
 
-/// Launches \p K as launchDirect does, through cuLaunchKernelEx with a
-/// cluster of two blocks: a launch that only the original can make.
-CUresult launchCluster(CUfunction K, std::vector<int> &Out, unsigned G, CUstream S = nullptr) {
+/// Launches \p K as launchDirect does, through cuLaunchKernelEx with the
+/// one attribute \p Attr.
+CUresult launchEx(CUfunction K, std::vector<int> &Out, unsigned G, CUstream S,
+                  const CUlaunchAttribute &Attr) {
   int *P = Out.data();
   int N = static_cast<int>(Out.size());
   void *Args[] = {&P, &N};
-  CUlaunchAttribute A[1];
-  A[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  A[0].value.clusterDim.x = 2;
-  A[0].value.clusterDim.y = 1;
-  A[0].value.clusterDim.z = 1;
+  CUlaunchAttribute A[1] = {Attr};
   CUlaunchConfig C = {};
   C.gridDimX = G, C.gridDimY = 1, C.gridDimZ = 1;
   C.blockDimX = 32, C.blockDimY = 1, C.blockDimZ = 1;
@@ -164,6 +161,17 @@ CUresult launchCluster(CUfunction K, std::vector<int> &Out, unsigned G, CUstream
   C.attrs = A;
   C.numAttrs = 1;
   return cuLaunchKernelEx(&C, K, Args, nullptr);
+}
+
+/// The same with a cluster of two blocks: a launch that only the original
+/// can make.
+CUresult launchCluster(CUfunction K, std::vector<int> &Out, unsigned G, CUstream S = nullptr) {
+  CUlaunchAttribute A = {};
+  A.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  A.value.clusterDim.x = 2;
+  A.value.clusterDim.y = 1;
+  A.value.clusterDim.z = 1;
+  return launchEx(K, Out, G, S, A);
 }
 
 using LaunchFn = CUresult (*)(CUfunction, std::vector<int> &, unsigned, CUstream);
@@ -497,30 +505,17 @@ TEST(ForcePtb, CapturedStreamsRunTheOriginal) {
 TEST(ForcePtb, CooperativeAndClusterLaunchesRunTheOriginal) {
   Module M("ptb_coop");
   std::vector<int> Out(16);
-  int *P = Out.data();
-  int N = 16;
-  void *Args[] = {&P, &N};
-  CUlaunchAttribute A[1];
-  A[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  A[0].value.clusterDim.x = 2;
-  A[0].value.clusterDim.y = 1;
-  A[0].value.clusterDim.z = 1;
-  CUlaunchConfig C = {};
-  C.gridDimX = 16, C.gridDimY = 1, C.gridDimZ = 1;
-  C.blockDimX = 32, C.blockDimY = 1, C.blockDimZ = 1;
-  C.attrs = A;
-  C.numAttrs = 1;
   fake_log_clear();
-  ASSERT_EQ(cuLaunchKernelEx(&C, M.K, Args, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(launchCluster(M.K, Out, 16), CUDA_SUCCESS);
   EXPECT_EQ(countPrefix("launchex ptb_coop grid=16x1x1"), 1u);
   expectEachBlockOnce(Out);
   // A priority attribute alone does not stop the variant.
   Module M2("ptb_prio");
   std::vector<int> Out2(16);
-  P = Out2.data();
-  A[0].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
-  A[0].value.priority = -1;
-  ASSERT_EQ(cuLaunchKernelEx(&C, M2.K, Args, nullptr), CUDA_SUCCESS);
+  CUlaunchAttribute A = {};
+  A.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+  A.value.priority = -1;
+  ASSERT_EQ(launchEx(M2.K, Out2, 16, nullptr, A), CUDA_SUCCESS);
   EXPECT_TRUE(hasLine("launch ptb_prio__tally_ptb"));
   settle("ptb_prio");
   expectEachBlockOnce(Out2);
@@ -957,9 +952,10 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
   T.join();
   fake_sync();
   expectEachBlockOnce(Out);
-  if (Cluster)
+  if (Cluster) {
     EXPECT_EQ(countPrefix("launchex be_beside_plain grid=40x1x1"), 1u)
         << "the cluster launch did not run the original";
+  }
 }
 
 // A kernel measured short whose launches then run long (its time depends
