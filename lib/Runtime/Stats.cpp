@@ -143,8 +143,9 @@ void Runtime::Impl::writeStats() {
                  "(%.1f %% preemptible); %llu launches timed%s\n",
                  ByForm[0] / 1e6, ByForm[1] / 1e6, ByForm[2] / 1e6, 100.0 * Preemptible,
                  (unsigned long long)TimedAll,
-                 Every > 1 ? (", one in " + std::to_string(Every) +
-                              " of each kernel's: the times are estimates").c_str()
+                 Every > 1 ? (", the first and then one in " + std::to_string(Every) +
+                              " of each kernel's in each form: the times are estimates")
+                                 .c_str()
                            : "");
   RuntimePtxState::Counts Px;
   {
