@@ -621,15 +621,14 @@ void Runtime::Impl::stopPreemptor() {
 // GPU time per kernel (--stats)
 //===----------------------------------------------------------------------===//
 
-Timing Runtime::Impl::timingStart(ContextState *C, CUstream S) {
-  Timing T;
-  T.Start = acquireEvent(*C, true);
-  if (T.Start && D.cuEventRecord(T.Start, S) != CUDA_SUCCESS) {
+CUevent Runtime::Impl::timingStart(ContextState *C, CUstream S) {
+  CUevent E = acquireEvent(*C, true);
+  if (E && D.cuEventRecord(E, S) != CUDA_SUCCESS) {
     std::lock_guard<std::mutex> G(C->Mu);
-    C->FreeTimingEvents.push_back(T.Start);
-    T.Start = nullptr;
+    C->FreeTimingEvents.push_back(E);
+    E = nullptr;
   }
-  return T;
+  return E;
 }
 
 void Runtime::Impl::timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K, Form F,

@@ -646,8 +646,8 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   const bool BeScheduled = BeSched && C;
   Timing T;
   T.Sample = Timed ? Sample : 0;
-  if (T.Sample == 1 && !BeScheduled)
-    T.Start = S.timingStart(C, Stream).Start;
+  if (T.Sample && !BeScheduled)
+    S.startTiming(T, *K, F, *C, Stream);
   CUresult R = CUDA_SUCCESS;
   bool Done = false;
   if (Sched && Hp && F == Form::Original) {

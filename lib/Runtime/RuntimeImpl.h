@@ -428,7 +428,8 @@ struct Runtime::Impl {
   void waitForOwner(void *Owner);
   void waitForContext(const ContextState *C);
   void stopPreemptor();
-  Timing timingStart(ContextState *C, CUstream S);
+  /// A timing event recorded on \p S (null when none could be).
+  CUevent timingStart(ContextState *C, CUstream S);
   /// Is a launch of \p K in form \p F one the statistics time? Every one,
   /// or one in Config::StatsTimingEvery per kernel and form.
   bool sampleTiming(KernelEntry &K, Form F) {
@@ -443,7 +444,7 @@ struct Runtime::Impl {
     if (T.Sample < 0)
       T.Sample = sampleTiming(K, F) ? 1 : 0;
     if (T.Sample == 1)
-      T.Start = timingStart(&C, S).Start;
+      T.Start = timingStart(&C, S);
   }
   /// \p F: the form the launch was made in (its time counts there).
   void timingEnd(ContextState *C, CUstream S, Timing T, KernelEntry *K, Form F, bool Launched);

@@ -27,10 +27,11 @@ struct Row {
   bool HasVariants = false;
   std::string Why;
   uint64_t Launches[3] = {};
-  uint64_t Preemptions = 0, Resumptions = 0, Captured = 0, Fallbacks = 0, GpuNanos = 0;
+  uint64_t Preemptions = 0, Resumptions = 0, Captured = 0, Fallbacks = 0;
   uint64_t GpuByForm[3] = {}; ///< estimated (KernelEntry::gpuNanos)
   uint64_t Timed = 0;
   uint64_t total() const { return Launches[0] + Launches[1] + Launches[2]; }
+  uint64_t gpuNanos() const { return GpuByForm[0] + GpuByForm[1] + GpuByForm[2]; }
 };
 
 std::string jsonString(const std::string &S) {
@@ -73,9 +74,7 @@ void Runtime::Impl::writeStats() {
       It->Captured += K.Captured.load();
       It->Fallbacks += K.Fallbacks.load();
       for (int F = 0; F < 3; ++F) {
-        uint64_t Ns = K.gpuNanos(F);
-        It->GpuByForm[F] += Ns;
-        It->GpuNanos += Ns;
+        It->GpuByForm[F] += K.gpuNanos(F);
         It->Timed += K.TimedLaunches[F].load();
       }
     }
@@ -83,18 +82,18 @@ void Runtime::Impl::writeStats() {
   std::stable_sort(Rows.begin(), Rows.end(), [](const Row &A, const Row &B) {
     if (A.HasVariants != B.HasVariants)
       return A.HasVariants;
-    return A.GpuNanos > B.GpuNanos;
+    return A.gpuNanos() > B.gpuNanos();
   });
   uint64_t Total = 0, Without = 0, LaunchesAll = 0, LaunchesWithout = 0, TimedAll = 0;
   uint64_t ByForm[3] = {};
   for (const Row &R : Rows) {
-    Total += R.GpuNanos;
+    Total += R.gpuNanos();
     TimedAll += R.Timed;
     for (int F = 0; F < 3; ++F)
       ByForm[F] += R.GpuByForm[F];
     LaunchesAll += R.total();
     if (!R.HasVariants) {
-      Without += R.GpuNanos;
+      Without += R.gpuNanos();
       LaunchesWithout += R.total();
     }
   }
@@ -122,12 +121,12 @@ void Runtime::Impl::writeStats() {
                    (unsigned long long)R.Launches[0], (unsigned long long)R.Launches[1],
                    (unsigned long long)R.Launches[2], (unsigned long long)R.Preemptions,
                    (unsigned long long)R.Resumptions, (unsigned long long)R.Captured,
-                   R.GpuNanos / 1e6);
+                   R.gpuNanos() / 1e6);
   std::fprintf(E, "%-44s %9s %10s  %s\n", "kernel without variants", "launches", "gpu ms", "why");
   for (const Row &R : Rows)
     if (!R.HasVariants)
       std::fprintf(E, "%-44s %9llu %10.3f  %s\n", Short(R.Name).c_str(),
-                   (unsigned long long)R.total(), R.GpuNanos / 1e6, R.Why.c_str());
+                   (unsigned long long)R.total(), R.gpuNanos() / 1e6, R.Why.c_str());
   std::fprintf(E,
                "tally: %llu kernel launches, %llu of kernels without variants; GPU time %.3f ms, "
                "%.1f %% in kernels without variants (cannot be preempted); %llu cooperative "
@@ -388,7 +387,7 @@ void Runtime::Impl::writeStats() {
                  (unsigned long long)R.Launches[0], (unsigned long long)R.Launches[1],
                  (unsigned long long)R.Launches[2], (unsigned long long)R.Preemptions,
                  (unsigned long long)R.Resumptions, (unsigned long long)R.Captured,
-                 (unsigned long long)R.Fallbacks, R.GpuNanos / 1e6, R.GpuByForm[0] / 1e6,
+                 (unsigned long long)R.Fallbacks, R.gpuNanos() / 1e6, R.GpuByForm[0] / 1e6,
                  R.GpuByForm[1] / 1e6, R.GpuByForm[2] / 1e6, (unsigned long long)R.Timed);
     if (!R.HasVariants)
       std::fprintf(J, ", \"why\": %s", jsonString(R.Why).c_str());

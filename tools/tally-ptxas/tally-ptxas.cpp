@@ -99,11 +99,8 @@ std::string realPtxas() {
     SmallString<256> Real;
     if (sys::fs::real_path(E, Real) || std::string(Real) != Me)
       return E;
-    static bool Warned = false;
-    if (!Warned)
-      errs() << "tally-ptxas: TALLY_PTXAS_REAL names tally-ptxas itself (" << E
-             << "); looking for ptxas on PATH\n";
-    Warned = true;
+    errs() << "tally-ptxas: TALLY_PTXAS_REAL names tally-ptxas itself (" << E
+           << "); looking for ptxas on PATH\n";
   }
   if (const char *Path = std::getenv("PATH")) {
     SmallVector<StringRef, 16> Dirs;

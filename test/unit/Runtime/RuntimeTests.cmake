@@ -30,23 +30,27 @@ if(TALLY_SANITIZE)
 endif()
 add_test(NAME runtime-passthrough COMMAND RuntimeTests --gtest_filter=Passthrough.*)
 set_tests_properties(runtime-passthrough PROPERTIES ENVIRONMENT "${_rt_env}")
-set(_stats ${CMAKE_CURRENT_BINARY_DIR}/runtime-ptb-stats.json)
-add_test(NAME runtime-force-ptb COMMAND RuntimeTests --gtest_filter=ForcePtb.*)
-set_tests_properties(runtime-force-ptb PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_STATS=${_stats}"
-  FIXTURES_SETUP runtime-ptb-stats)
-add_test(NAME runtime-force-ptb-stats
-  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats.py ${_stats})
-set_tests_properties(runtime-force-ptb-stats PROPERTIES FIXTURES_REQUIRED runtime-ptb-stats)
+# A RuntimeTests run that writes its statistics (NAME.json) under ENV, then
+# CHECKER (a script here) on them: NAME, and NAME-check for the checker
+# unless CHECK_NAME is given.
+function(tally_stats_test NAME FILTER ENV CHECKER)
+  set(_json ${CMAKE_CURRENT_BINARY_DIR}/${NAME}.json)
+  set(_check ${NAME}-check)
+  if(ARGC GREATER 4)
+    set(_check ${ARGV4})
+  endif()
+  add_test(NAME ${NAME} COMMAND RuntimeTests --gtest_filter=${FILTER})
+  set_tests_properties(${NAME} PROPERTIES ENVIRONMENT "${ENV};TALLY_STATS=${_json}"
+    FIXTURES_SETUP ${NAME}-json)
+  add_test(NAME ${_check}
+    COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/${CHECKER} ${_json})
+  set_tests_properties(${_check} PROPERTIES FIXTURES_REQUIRED ${NAME}-json)
+endfunction()
+tally_stats_test(runtime-force-ptb "ForcePtb.*"
+  "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6" check-stats.py runtime-force-ptb-stats)
 # Sampled timing: one launch in four timed, the rest estimated.
-set(_sampled ${CMAKE_CURRENT_BINARY_DIR}/runtime-sampled-stats.json)
-add_test(NAME runtime-stats-sampled COMMAND RuntimeTests --gtest_filter=StatsTiming.*)
-set_tests_properties(runtime-stats-sampled PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS_TIMING=4;FAKE_ELAPSED_US=10;TALLY_STATS=${_sampled}"
-  FIXTURES_SETUP runtime-sampled-stats)
-add_test(NAME runtime-stats-sampled-check
-  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats-sampled.py ${_sampled})
-set_tests_properties(runtime-stats-sampled-check PROPERTIES FIXTURES_REQUIRED runtime-sampled-stats)
+tally_stats_test(runtime-stats-sampled "StatsTiming.*"
+  "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS_TIMING=4;FAKE_ELAPSED_US=10" check-stats-sampled.py)
 add_test(NAME runtime-blocking-call COMMAND RuntimeTests --gtest_filter=BlockingCall.*)
 set_tests_properties(runtime-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_LOG_LEVEL=debug"
