@@ -66,6 +66,7 @@ for p in "${parts[@]}"; do
   echo "== part $p (BE: $confs)"
   log=$OUT/$p.log
   rm -f "$OUT/$p.status"
+  t0=$SECONDS
   if HP_MODEL=$model BE_CONFS=$confs OUT=$OUT/$p \
     "$src/scripts/gpu-colocate.sh" "${quick[@]}" "${dir[@]}" >"$log" 2>&1; then
     status=passed
@@ -73,6 +74,7 @@ for p in "${parts[@]}"; do
     status=FAILED
     fails=$((fails + 1))
   fi
+  status="$status in $((SECONDS - t0)) s"
   echo "$status" >"$OUT/$p.status"
   echo "   $status ($(grep -m1 '^co-location failures' "$log" || echo 'no summary line'))"
 done

@@ -95,6 +95,16 @@
 #                command may take 600 s at most: a full HP_MODEL run fits
 #                more surely as two, SYSTEMS="timeslice streams tally" and
 #                SYSTEMS="mps mps-prio tally-mps", each with its own OUT
+#   PROFILE      cold (default) or warm. The runtime's profile (its measurements
+#                of each BE launch shape's forms, made while HP is idle) is
+#                kept in a cache that later runs reuse; each tally co-located
+#                run has a cache of its own ($OUT/colocate/profile/), empty
+#                with cold: the run includes the measuring, which a short run
+#                spends much of its time on while HP keeps interrupting it.
+#                warm: an unrecorded run of the same pair (WARMUP_SECONDS,
+#                default HP_SECONDS; logs NAME-warmup.*) fills that cache
+#                first, as a training job's first minutes or an earlier run
+#                would; about doubles the tally runs' time
 #   PYTHON       the Python with PyTorch that runs serve.py, train.py,
 #                streams.py and train_gpt.py (default: the first of
 #                /opt/torch/.venv/bin/python and python3 on PATH that imports
@@ -276,6 +286,10 @@ else
 fi
 HP_S=${HP_SECONDS:-$HP_S}
 [[ $HP_S =~ ^[1-9][0-9]*$ ]] || die "HP_SECONDS '$HP_S': a whole number of seconds, at least 1"
+PROFILE=${PROFILE:-cold}
+[[ $PROFILE == cold || $PROFILE == warm ]] || die "PROFILE '$PROFILE': cold or warm"
+WARM_S=${WARMUP_SECONDS:-$HP_S}
+[[ $WARM_S =~ ^[1-9][0-9]*$ ]] || die "WARMUP_SECONDS '$WARM_S': a whole number of seconds, at least 1"
 # What a run may take beyond its window before it counts as hung: with
 # PyTorch, the start-up too.
 SLACK=120
@@ -302,6 +316,9 @@ CHECKS=$L/checks.tsv
 printf 'system\tbe\tbe_block_us\thp_csv\tbe_log\tbe_kind\tbe_ref\tstats\tnotes\n' >"$RUNS"
 printf 'check\tresult\tdetail\n' >"$CHECKS"
 fails=0
+# The runtime's profile caches are here, not in the machine's ~/.cache:
+# the runs outside a co-located pair share this one (colo sets a pair's).
+export TALLY_CACHE_DIR=$L/profile/other
 
 # Processes started in the background here, killed (by id) on the way out.
 bg=()
@@ -592,9 +609,27 @@ hp_ok() {
   fi
 }
 
-# colo SYSTEM CONF: one co-located run.
+# colo SYSTEM CONF [warmup]: one co-located run; with warmup, the one that
+# fills a tally pair's profile cache before it (PROFILE=warm): WARM_S long,
+# not a row of the report.
 colo() {
-  local sys=$1 conf=$2 name=$1-$2 hprc kind hppid='' go=''
+  local sys=$1 conf=$2 name=$1-$2 hprc kind hppid='' go='' warmup=${3:-}
+  local HP_S=$HP_S profile=
+  if is_tally "$sys"; then
+    # Each pair's own profile cache: a run does not start from another's
+    # (a local exported variable: the others' stays once this returns).
+    local -x TALLY_CACHE_DIR=$L/profile/$sys-$conf
+    if [[ -n $warmup ]]; then
+      name=$name-warmup HP_S=$WARM_S
+      rm -rf "$TALLY_CACHE_DIR"
+    elif [[ $PROFILE == warm ]]; then
+      colo "$sys" "$conf" warmup
+      profile="profile warmed by a ${WARM_S} s run"
+    else
+      rm -rf "$TALLY_CACHE_DIR"
+      profile="profile cold"
+    fi
+  fi
   kind=$(be_kind "$conf")
   say "$name"
   set_env "$sys"
@@ -671,8 +706,10 @@ colo() {
   else
     check_be "$name" "$conf" "$L/$name.be.log" "$BERC"
   fi
+  [[ -z $warmup ]] || return 0
   local stats=
   is_tally "$sys" && stats="$L/$name.hp.json,$L/$name.be.json"
+  [[ -n $profile ]] && notes="${notes:+$notes; }$profile"
   run_row "$sys" "$conf" "${BLOCK[$conf]}" "$L/$name.hp.csv" "$L/$name.be.log" "$kind" \
     "$L/be-alone-$conf.be.log" "$stats" "$notes"
 }

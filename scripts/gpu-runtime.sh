@@ -121,6 +121,19 @@ run_forms suite ./suite-host ./suite-host.tally
 run_forms driver-api ./driver-api ./driver-api driver-kernels.fatbin
 run_forms dlopen ./dlopen-main ./dlopen-main ./libkern.so
 run_forms train-gpt ./train-gpt ./train-gpt.tally --steps 50
+# Sampled timing (TALLY_STATS_TIMING=16) against every launch timed, the same
+# forms forced: the estimated GPU time, in all and by form, within 15 %.
+same train-gpt-timed-all train-gpt-plain -- env TALLY_STATS_TIMING=1 "$TALLY" run --force=ptb \
+  --stats="$O/train-gpt-timed-all.json" -- ./train-gpt.tally --steps 50
+same train-gpt-timed-16 train-gpt-plain -- env TALLY_STATS_TIMING=16 "$TALLY" run --force=ptb \
+  --stats="$O/train-gpt-timed-16.json" -- ./train-gpt.tally --steps 50
+if cmp_timing=$(python3 scripts/stats-timing-compare.py "$O/train-gpt-timed-all.json" \
+  "$O/train-gpt-timed-16.json" 2>&1); then
+  row "train-gpt: sampled timing (1 in 16) against all timed" "$cmp_timing"
+else
+  row "train-gpt: sampled timing (1 in 16) against all timed" "FAILED: $cmp_timing"
+  fails=$((fails + 1))
+fi
 # The dlopen()ed library, with less of the runtime at work, and with the
 # runtime's log.
 same dlopen-debug dlopen-plain -- "$TALLY" run --force=ptb --log-level=debug -- ./dlopen-main \

@@ -205,6 +205,24 @@ bool Policy::besideOk(const LaunchShape &S, const Choice &C) const {
   return Ns && double(Ns) <= Cfg.TurnaroundUs * 1e3;
 }
 
+bool Policy::besideChecked(const ProfileKey &K, uint64_t Ns) {
+  static_assert(BesideCheckWindow <= 8, "the window's bits are one byte");
+  if (NoBeside.count(K))
+    return false;
+  const bool Over = double(Ns) > Cfg.TurnaroundUs * 1e3;
+  ChecksOver += Over;
+  uint8_t &Bits = CheckBits[K];
+  Bits = static_cast<uint8_t>((Bits << 1) | (Over ? 1 : 0));
+  unsigned Count = 0;
+  for (unsigned I = 0; I < BesideCheckWindow; ++I)
+    Count += (Bits >> I) & 1;
+  if (Count < BesideRevokeOver)
+    return false;
+  NoBeside.insert(K);
+  CheckBits.erase(K);
+  return true;
+}
+
 void Policy::measured(const LaunchShape &S, const Choice &C, uint64_t Ns) {
   if (Ns == 0)
     return;

@@ -193,7 +193,7 @@ struct PendingMeasure {
   bool Active = false;
   /// Not a profile measurement: a launch allowed beside HP (made while HP
   /// was idle), timed to check that it is still short
-  /// (Policy::besideTooLong otherwise).
+  /// (Policy::besideChecked).
   bool Check = false;
   ContextState *C = nullptr;
   LaunchShape Shape;
@@ -293,7 +293,8 @@ struct Coordination {
   std::atomic<uint64_t> BesideLaunches{0};
   uint64_t ShortLaunches = 0; ///< under BeMu
   bool CheckDue = false;      ///< under BeMu: time the next short launch made while HP is idle
-  std::atomic<uint64_t> BesideRevoked{0};
+  /// Short launches timed so far (checks), shapes revoked by them.
+  std::atomic<uint64_t> BesideChecks{0}, BesideRevoked{0};
   /// PTB launches beside HP (Policy::besideWorkers): started narrow while
   /// HP was busy; wide ones narrowed for an HP arrival; narrow ones given
   /// their workers back once HP was quiet.

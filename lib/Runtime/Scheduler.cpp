@@ -770,11 +770,10 @@ void Runtime::Impl::finishMeasurement() {
   }
   if (M.Check) {
     // A short launch, timed while HP was idle: still within the target?
-    // (Admitted with a quarter to spare.)
-    if (double(Ms) * 1e3 > Cfg.TurnaroundUs) {
-      Co.Pol->besideTooLong(M.Shape.Key);
+    // (Admitted with a quarter to spare; revoked when it keeps missing.)
+    Co.BesideChecks.fetch_add(1, std::memory_order_relaxed);
+    if (Co.Pol->besideChecked(M.Shape.Key, static_cast<uint64_t>(double(Ms) * 1e6)))
       Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
-    }
     return;
   }
   Co.Pol->measured(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6));

@@ -185,11 +185,13 @@ void Runtime::Impl::writeStats() {
   // Shapes of kernels without variants (measured for the beside rule):
   // how many, and how many are short enough to run beside HP.
   size_t OnlyShapes = 0, OnlyShort = 0;
+  uint64_t ChecksOver = 0; // timed short launches over the target
   const uint32_t PtbPercent = Co.Pol ? Co.Pol->config().BesidePtbPercent : 0;
   if (Co.Pol) {
     std::lock_guard<std::mutex> G(Co.PolMu);
     Hits = Co.Pol->profileHits();
     Misses = Co.Pol->profileMisses();
+    ChecksOver = Co.Pol->besideChecksOver();
     for (const Decision &D : Co.Pol->decisions()) {
       if (D.OriginalOnly) {
         ++OnlyShapes;
@@ -271,9 +273,11 @@ void Runtime::Impl::writeStats() {
     std::fprintf(E,
                  "tally: beside HP (MPS): %llu short launches started while HP was busy%s; "
                  "kernels without variants measured at %zu launch shapes, %zu of them short; "
-                 "%llu shapes timed too long beside HP (held from then on)\n",
+                 "%llu short launches timed again (with HP idle), %llu of them over the "
+                 "target; %llu shapes timed too long too often (held from then on)\n",
                  (unsigned long long)Co.BesideLaunches.load(),
                  Cfg.Beside ? "" : " (off: TALLY_BESIDE=0)", OnlyShapes, OnlyShort,
+                 (unsigned long long)Co.BesideChecks.load(), (unsigned long long)ChecksOver,
                  (unsigned long long)Co.BesideRevoked.load());
   if (Co.Usable && Cfg.Prio != Priority::High && PtbPercent)
     std::fprintf(E,
@@ -344,6 +348,7 @@ void Runtime::Impl::writeStats() {
                "\"queue_us\": %llu, \"queued_launches\": %llu, "
                "\"beside\": {\"enabled\": %s, \"launches\": %llu, "
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
+               "\"checks\": %llu, \"checks_over\": %llu, "
                "\"timed_too_long\": %llu, \"ptb_percent\": %u, \"ptb_narrow_launches\": %llu, "
                "\"ptb_narrowed\": %llu, \"ptb_widened\": %llu}, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
@@ -365,6 +370,7 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.QueuedLaunches.load(),
                Co.Mps && Cfg.Beside ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
+               (unsigned long long)Co.BesideChecks.load(), (unsigned long long)ChecksOver,
                (unsigned long long)Co.BesideRevoked.load(),
                PtbPercent,
                (unsigned long long)Co.NarrowLaunches.load(),

@@ -178,10 +178,19 @@ public:
   /// the turnaround target: a PTB launch would be preempted at once, and
   /// slices and unmeasured launches have no bound.
   bool besideOk(const LaunchShape &S, const Choice &C) const;
-  /// A launch of \p K allowed beside HP was timed longer than the target
-  /// (its time depends on more than its shape): never beside again in this
-  /// process.
-  void besideTooLong(const ProfileKey &K) { NoBeside.insert(K); }
+  /// A launch of \p K allowed beside HP was timed again (made while HP was
+  /// idle; one short launch in 16 is): \p Ns. When BesideRevokeOver of the
+  /// last BesideCheckWindow such checks of \p K were longer than the
+  /// target, its time depends on more than its shape: never beside again in
+  /// this process. One long check is not enough: a host stall between the
+  /// start event and the launch (seen on the GPU machines, hundreds of
+  /// microseconds) times a short kernel long now and then, and a long-lived
+  /// process would lose every shape to them. Returns whether this check
+  /// revoked \p K.
+  bool besideChecked(const ProfileKey &K, uint64_t Ns);
+  /// Of the checks so far, those over the target.
+  uint64_t besideChecksOver() const { return ChecksOver; }
+  static constexpr unsigned BesideCheckWindow = 8, BesideRevokeOver = 4;
 
   /// Choices made from a complete profile, and launches that were
   /// measurements (for the statistics).
@@ -206,6 +215,10 @@ private:
   /// Decisions made from complete profiles.
   std::map<ProfileKey, Choice> Decided;
   std::set<ProfileKey> NoBeside;
+  /// Per shape allowed beside HP: its last checks, one bit each (1: over
+  /// the target), the latest lowest.
+  std::map<ProfileKey, uint8_t> CheckBits;
+  uint64_t ChecksOver = 0;
   std::vector<Decision> Decisions;
   bool Present = false, Active = false;
   uint64_t LastActive = 0, Arrivals = 0;

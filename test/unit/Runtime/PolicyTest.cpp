@@ -284,9 +284,32 @@ TEST(PolicyChoice, BesideOnlyForShortMeasuredOriginals) {
   EXPECT_TRUE(P.besideOk(Plain, C)) << "25 us with a quarter more is 31.25 us";
   ASSERT_EQ(P.decisions().size(), 1u);
   EXPECT_TRUE(P.decisions()[0].OriginalOnly);
-  // Timed longer beside HP later: not beside any more.
-  P.besideTooLong(Plain.Key);
+  // Timed again later: a check over the target now and then (a host
+  // stall) keeps it beside HP; 4 of the last 8 over do not.
+  const uint64_t Long = 500 * Us, Fine = 20 * Us;
+  for (int Round = 0; Round < 20; ++Round) {
+    EXPECT_FALSE(P.besideChecked(Plain.Key, Long));
+    for (int I = 0; I < 2; ++I)
+      EXPECT_FALSE(P.besideChecked(Plain.Key, Fine));
+  }
+  EXPECT_TRUE(P.besideOk(Plain, C)) << "one check in three over the target";
+  EXPECT_EQ(P.besideChecksOver(), 20u);
+  // Eight fine checks clear the window; then three over keep it, a fourth
+  // does not.
+  for (int I = 0; I < 8; ++I)
+    EXPECT_FALSE(P.besideChecked(Plain.Key, Fine));
+  for (int I = 0; I < 3; ++I)
+    EXPECT_FALSE(P.besideChecked(Plain.Key, Long));
+  EXPECT_TRUE(P.besideOk(Plain, C)) << "3 of the last 8 over";
+  EXPECT_TRUE(P.besideChecked(Plain.Key, Long)) << "4 of the last 8 over: revoked";
   EXPECT_FALSE(P.besideOk(Plain, C));
+  EXPECT_FALSE(P.besideChecked(Plain.Key, Long)) << "revoked once";
+  // The target itself is within it.
+  LaunchShape Edge = shape("edge", 1000, 0, 0);
+  Choice E2 = profile(P, Edge, [](const Choice &) -> uint64_t { return 20 * Us; });
+  for (int I = 0; I < 8; ++I)
+    EXPECT_FALSE(P.besideChecked(Edge.Key, 31600));
+  EXPECT_TRUE(P.besideOk(Edge, E2));
   LaunchShape Longer = shape("longer", 1000, 0, 0);
   Choice L = profile(P, Longer, [](const Choice &) -> uint64_t { return 26 * Us; });
   EXPECT_FALSE(P.besideOk(Longer, L)) << "26 us with a quarter more is 32.5 us";

@@ -959,24 +959,46 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
 }
 
 // A kernel measured short whose launches then run long (its time depends
-// on its arguments): the first short launch (every 16th is, when HP is
-// idle) is timed, found too long, and from then on it waits for HP again, where
-// ShortKernelsRunBesideHp's went beside it (its ctest entry: FAKE_MPS=1,
-// FAKE_ELAPSED_US=10 for the measurements).
+// on its arguments): short launches are timed again (every 16th, when HP is
+// idle). One check over the target is not enough (a host stall can make
+// one): the kernel still goes beside HP. Once 4 of its last 8 checks were
+// over, it waits for HP again, where ShortKernelsRunBesideHp's went beside
+// it (its ctest entry: FAKE_MPS=1, FAKE_ELAPSED_US=10 for the
+// measurements).
 TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module Plain("be_beside_long", false, "", /*WithVariants=*/false);
-  measureWhileHpIdle(*Hp, Plain.K); // 10 us each: short, and the choice is timed
-  setenv("FAKE_ELAPSED_US", "500", 1); // the timed launch took 500 us
+  // 10 us each: short; the decision's launch, the first short one, is
+  // timed (a check), and read at the next launch.
+  measureWhileHpIdle(*Hp, Plain.K);
+  auto LaunchIdle = [&](int Times) {
+    for (int I = 0; I < Times; ++I) {
+      std::vector<int> Out(40);
+      ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+      fake_sync();
+      expectEachBlockOnce(Out);
+    }
+  };
+  LaunchIdle(1); // short launch 2 reads check 1: 10 us
+  setenv("FAKE_ELAPSED_US", "500", 1); // from now on every timed launch took 500 us
+  // Short launches 3 to 18 (HP idle): the 17th is timed, the 18th reads it.
+  LaunchIdle(16);
   {
-    // The timing is read at the next launch (HP still idle: it counts).
+    uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
     std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+    EXPECT_TRUE(launchedBesideHp(*Hp, Seq, Plain.K, Out))
+        << "one check over the target revoked the kernel";
+    Hp->hpFinished(Seq);
+    beAlive(*Hp, 20);
     fake_sync();
+    expectEachBlockOnce(Out);
   }
+  // Short launch 19 went beside HP. Three more checks over the target
+  // (launches 33, 49 and 65, each read at the next): four of the last five.
+  LaunchIdle(47);
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
-  expectHeldUntilHpIdle(*Hp, Seq, Plain.K, "a kernel timed at 500 us went beside HP again");
+  expectHeldUntilHpIdle(*Hp, Seq, Plain.K, "a kernel timed at 500 us four times went beside HP");
 }
 
 /// Keeps \p Hp alive until \p Cond holds (2 s at most); returns Cond().
