@@ -63,7 +63,7 @@ public:
   Error run(Module &M, PassContext &Ctx) override {
     ModuleInfo MI(M);
     for (const KernelInfo *K : originalKernels(MI)) {
-      Legality L = checkLegality(*K);
+      Legality L = checkLegality(*K, M);
       Ctx.Out << "kernel " << K->Own.F->Name << '\n';
       Ctx.Out << "  slice: "
               << (L.SliceOK ? "ok" : "rejected: " + L.SliceReason) << '\n';
@@ -98,7 +98,7 @@ public:
         addReason(R, Kind, "the module already has " + getVariantName(F.Name, Kind));
         continue;
       }
-      Legality L = checkLegality(*K);
+      Legality L = checkLegality(*K, M);
       addNotes(R, L);
       bool OK = Kind == "slice" ? L.SliceOK : L.PtbOK;
       if (!OK) {
@@ -129,7 +129,7 @@ public:
     ModuleInfo MI(M);
     RewriteStats Stats;
     for (const KernelInfo *K : originalKernels(MI)) {
-      Legality L = checkLegality(*K);
+      Legality L = checkLegality(*K, M);
       if (!L.PtbOK) {
         Ctx.count("unify-sync.skipped");
         continue;

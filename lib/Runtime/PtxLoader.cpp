@@ -602,6 +602,23 @@ PtxTransformer::Result PtxTransformer::transform(std::string_view Ptx,
     std::string Text, ErrText;
     bool HaveOut = (Ran || Unknown) && readWhole(Out, Text);
     readWhole(Err, ErrText);
+    // A Tally bug (tally-opt asks for the input with its report): the
+    // input stays in the cache folder, and the warning says where and
+    // gives ptxas's first complaint (the error's second line on).
+    std::string Internal;
+    if (size_t At = ErrText.find(": internal error:"); ExitedOne && At != std::string::npos) {
+      // ptxas's lines read "ptxas FILE, line N; error   : ...".
+      size_t E = ErrText.find("error", ErrText.find('\n', At));
+      if (E != std::string::npos) {
+        size_t B = ErrText.rfind('\n', E) + 1, End = ErrText.find('\n', E);
+        Internal += ": " + ErrText.substr(B, std::min<size_t>(End - B, 300));
+      }
+      std::string Kept = Dir + "failed-";
+      appendHex(Kept, H.A);
+      Kept += ".ptx";
+      if (Cache && ::rename(In.c_str(), Kept.c_str()) == 0)
+        Internal += " (the input is kept for a report: " + Kept + ")";
+    }
     Cleanup();
     if (HaveOut) {
       // Every kernel of the original must be there, and the metadata.
@@ -621,9 +638,9 @@ PtxTransformer::Result PtxTransformer::transform(std::string_view Ptx,
       // itself, so it is cached; anything else (no ptxas, a crash, a time
       // out) may go away and is not.
       R.What = Result::Refused;
-      R.Why = "tally-opt: <ptx>" + L.substr(In.size());
+      R.Why = "tally-opt: <ptx>" + L.substr(In.size()) + Internal;
     } else {
-      R.Why = L.empty() ? Why : Why + " (" + L + ")";
+      R.Why = (L.empty() ? Why : Why + " (" + L + ")") + Internal;
       return Done();
     }
     if (Cache) {

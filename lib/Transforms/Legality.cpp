@@ -165,10 +165,32 @@ static void checkBarrierCalls(const KernelInfo &K, const DivergenceInfo &KernelD
                         "of the block makes them together)");
 }
 
-Legality checkLegality(const KernelInfo &K) {
+/// Why the PTB form cannot be written in module \p M: its `.version` or
+/// `.target` predates what the form's own code needs; empty when it can.
+static std::string ptbModuleObstacle(const Module &M) {
+  StringRef Version = M.getVersion(), Target = M.getTarget();
+  unsigned Major = 0, Minor = 0, Sm = 0;
+  StringRef Rest = Version;
+  bool VersionOK = !Rest.consumeInteger(10, Major) && Rest.consume_front(".") &&
+                   !Rest.consumeInteger(10, Minor) && Rest.empty();
+  Rest = Target;
+  bool TargetOK = Rest.consume_front("sm_") && !Rest.consumeInteger(10, Sm);
+  if (!VersionOK || !TargetOK)
+    return "cannot read the module's .version '" + Version.str() + "' and .target '" +
+           Target.str() + "' (the PTB form needs PTX ISA 6.0 and sm_70)";
+  if (Major >= 6 && Sm >= 70)
+    return {};
+  return "the module's .version " + Version.str() + " and .target " + Target.str() +
+         " predate what the PTB form's code needs (PTX ISA 6.0 and sm_70: barrier, "
+         "bar.warp.sync, red.release.gpu)";
+}
+
+Legality checkLegality(const KernelInfo &K, const Module &M) {
   Legality L;
   Verdict V{L};
   const Function &F = *K.Own.F;
+  if (std::string Why = ptbModuleObstacle(M); !Why.empty())
+    V.rejectPtb(Why);
 
   // Names we would add must be free.
   bool Clash = false;

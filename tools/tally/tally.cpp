@@ -284,7 +284,9 @@ int runPtxCache(const std::string &Action) {
     return 1;
   }
   Dir += "/ptx";
-  std::vector<std::string> Files, Stale;
+  // Entries; temporary files of killed writers; inputs tally-opt failed
+  // on with an internal error, kept for a report.
+  std::vector<std::string> Files, Stale, Failed;
   if (DIR *D = opendir(Dir.c_str())) {
     while (dirent *E = readdir(D)) {
       std::string N = E->d_name;
@@ -292,17 +294,20 @@ int runPtxCache(const std::string &Action) {
         Files.push_back(N);
       else if (N.rfind(".tmp-", 0) == 0)
         Stale.push_back(N);
+      else if (N.rfind("failed-", 0) == 0)
+        Failed.push_back(N);
     }
     closedir(D);
   }
   std::sort(Files.begin(), Files.end());
-  if (Files.empty() && Stale.empty()) {
+  std::sort(Failed.begin(), Failed.end());
+  if (Files.empty() && Stale.empty() && Failed.empty()) {
     std::printf("no run-time PTX cache entries in %s\n", Dir.c_str());
     return 0;
   }
   int Status = 0;
   if (Action == "clear") {
-    for (const std::vector<std::string> *L : {&Files, &Stale})
+    for (const std::vector<std::string> *L : {&Files, &Stale, &Failed})
       for (const std::string &N : *L) {
         std::string P = Dir + "/" + N;
         if (unlink(P.c_str()) != 0 && errno != ENOENT) {
@@ -311,7 +316,11 @@ int runPtxCache(const std::string &Action) {
           Status = 1;
         }
       }
-    std::printf("removed %zu entries from %s\n", Files.size(), Dir.c_str());
+    std::printf("removed %zu entries%s from %s\n", Files.size(),
+                Failed.empty() ? ""
+                               : (" and " + std::to_string(Failed.size()) +
+                                  " inputs kept for a report").c_str(),
+                Dir.c_str());
     return Status;
   }
   std::printf("%s: %zu entries\n", Dir.c_str(), Files.size());
@@ -333,6 +342,9 @@ int runPtxCache(const std::string &Action) {
       std::printf("  %s  refused: %s  (%s)\n", N.c_str(), E->Body.c_str(), Key.c_str());
     }
   }
+  for (const std::string &N : Failed)
+    std::printf("  %s  an input tally-opt failed on (internal error), kept for a report\n",
+                N.c_str());
   return Status;
 }
 

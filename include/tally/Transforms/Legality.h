@@ -58,7 +58,11 @@ struct Legality {
 /// Position of the barrier-id operand of a block barrier instruction.
 unsigned getBarrierIdOperand(const ptx::Instruction &I);
 
-Legality checkLegality(const KernelInfo &K);
+/// The forms kernel \p K of module \p M allows. The PTB form's own code
+/// (barrier, bar.warp.sync, red.release.gpu) needs PTX ISA 6.0 and
+/// sm_70: in a module of an older `.version` or `.target` (cuDNN hands the
+/// driver one of ISA 5.0 for sm_50 at run time) PTB is refused.
+Legality checkLegality(const KernelInfo &K, const ptx::Module &M);
 
 } // namespace tally
 

@@ -217,6 +217,33 @@ TEST(PtxTransformer, RefusalsAreCachedWithTheirPlace) {
   EXPECT_EQ(R2.Why, R.Why);
 }
 
+// tally-opt's internal error (a Tally bug; it asks for the input with the
+// report): the warning gives ptxas's complaint and where the input was
+// kept, in the cache folder.
+TEST(PtxTransformer, AnInternalErrorKeepsTheInputForAReport) {
+  std::string Dir = freshDir("internal");
+  std::string Ptx = slurp(source("test/outside-ptx/triton/triton_006_add.ptx"));
+  auto O = options(Dir + "/cache");
+  O.Helper = script(Dir, "internal",
+                    "in=; for a; do case $a in *in.ptx) in=$a ;; esac; done\n"
+                    "printf '%s: internal error: ptxas accepts the input but rejects its "
+                    "transformed form; please report this with the input:\\nptxas failed for "
+                    "sm_90a:\\nptxas /tmp/t.ptx, line 95; error   : Feature '\\''barrier'\\'' "
+                    "requires PTX ISA .version 6.0 or later\\n' \"$in\" >&2; exit 1");
+  auto R = PtxTransformer(O).transform(Ptx, "sm_90");
+  EXPECT_NE(R.What, PtxTransformer::Result::Transformed);
+  EXPECT_NE(R.Why.find("internal error"), std::string::npos) << R.Why;
+  EXPECT_NE(R.Why.find("line 95; error   : Feature 'barrier' requires PTX ISA .version 6.0"),
+            std::string::npos)
+      << R.Why;
+  const std::string Lead = "(the input is kept for a report: ";
+  size_t At = R.Why.find(Lead + Dir + "/cache/failed-");
+  ASSERT_NE(At, std::string::npos) << R.Why;
+  std::string Path = R.Why.substr(At + Lead.size());
+  Path = Path.substr(0, Path.find(')'));
+  EXPECT_EQ(slurp(Path), Ptx) << Path;
+}
+
 TEST(PtxTransformer, HelperFailuresAreNotCached) {
   std::string Dir = freshDir("failures");
   std::string Ptx = slurp(source("test/outside-ptx/triton/triton_006_add.ptx"));

@@ -262,3 +262,16 @@ add_test(NAME stats-timing-compare
 add_test(NAME colocate-report
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-colocate-report.py
           ${PROJECT_SOURCE_DIR}/scripts/colocate-report.py)
+
+# `tally ptx-cache show|clear` on a made-up folder: a corrupt entry, a
+# writer's leftover and an input kept after tally-opt's internal error are
+# listed, then removed.
+add_test(NAME tally-ptx-cache
+  COMMAND sh -c "d=$1/ptx-cache-test; rm -rf \"$d\"; mkdir -p \"$d/ptx\" && \
+echo junk > \"$d/ptx/00ab.ptxc\" && : > \"$d/ptx/.tmp-1-0-in.ptx\" && \
+echo '.version 5.0' > \"$d/ptx/failed-0123.ptx\" && \
+TALLY_CACHE_DIR=$d \"$0\" ptx-cache show && TALLY_CACHE_DIR=$d \"$0\" ptx-cache clear && \
+TALLY_CACHE_DIR=$d \"$0\" ptx-cache show; ls -A \"$d/ptx\"; echo end"
+          $<TARGET_FILE:tally> ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(tally-ptx-cache PROPERTIES
+  PASS_REGULAR_EXPRESSION "1 entries\n  00ab.ptxc  corrupt [^\n]*\n  failed-0123.ptx  an input tally-opt failed on \\(internal error\\), kept for a report\nremoved 1 entries and 1 inputs kept for a report from [^\n]*\nno run-time PTX cache entries in [^\n]*\nend")
