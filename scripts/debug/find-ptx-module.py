@@ -31,6 +31,9 @@ def main():
                     end = at
                     while end < len(data) and (32 <= data[end] < 127 or data[end] in b"\t\n\r"):
                         end += 1
+                    # and at the last closing brace in it (a function's end).
+                    close = data.rfind(b"}", at, end)
+                    end = close + 1 if close >= 0 else end
                     if start >= 0 and end > at and at - start < 1 << 20:
                         n += 1
                         out = f"{sys.argv[1]}-{n}.ptx"
