@@ -15,11 +15,16 @@
 # runs it (OUT/triton-caches, kept: a second round starts in seconds).
 #
 # Usage: scripts/gpu-colocate-all.sh [--quick] [--part=hp-serve|resnet50|bert]... [DIR]
+#        scripts/gpu-colocate-all.sh --merge-only
 #   --quick    each part in its quick mode
-#   --part=P   only that part (repeatable; default all three). Estimated
-#              from gpu-colocate.sh's own timings (not yet run end to end):
-#              full, about 16, 19 and 10 minutes, the Triton compile (about
-#              2 minutes cold) included; --quick about 5, 9 and 4. Past a
+#   --merge-only  run nothing: only the merged report of the parts in OUT
+#              (parts run on different machines, their folders copied into
+#              one OUT)
+#   --part=P   only that part (repeatable; default all three). Measured
+#              with --quick on an H100 (2026-11-24): 396, 460 and 228 s (the
+#              first with the Triton compile, 100 s cold; the second reused
+#              its caches, 25 s); full runs estimated from gpu-colocate.sh's
+#              timings, not measured: about 16, 19 and 10 minutes. Past a
 #              device command's 600 s, run one part (or one SYSTEMS subset)
 #              per command
 #   DIR        as gpu-colocate.sh's (default .carry/runtime)
@@ -33,9 +38,11 @@ export LC_ALL=C
 quick=()
 parts=()
 dir=()
+merge_only=0
 for a in "$@"; do
   case $a in
     --quick) quick=(--quick) ;;
+    --merge-only) merge_only=1 ;;
     --part=hp-serve | --part=resnet50 | --part=bert) parts+=("${a#--part=}") ;;
     --part=*) echo "gpu-colocate-all: error: unknown part '${a#--part=}' (hp-serve, resnet50, bert)" >&2; exit 2 ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -46,6 +53,7 @@ for a in "$@"; do
   esac
 done
 ((${#parts[@]})) || parts=(hp-serve resnet50 bert)
+((merge_only)) && parts=()
 src=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT" || { echo "gpu-colocate-all: error: cannot create $OUT" >&2; exit 1; }
@@ -118,5 +126,9 @@ PYEOF
   fi
 done
 echo "written: $report$([[ -f $csv ]] && echo ", $csv")"
-echo "co-location parts failed: $fails of ${#parts[@]}"
+if ((merge_only)); then
+  echo "merged: $(grep -c '^# ' "$report") parts"
+else
+  echo "co-location parts failed: $fails of ${#parts[@]}"
+fi
 exit $((fails != 0))
