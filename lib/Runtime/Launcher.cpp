@@ -155,13 +155,13 @@ bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextSta
     if (Paced && Off) {
       // Under the scheduler: the next slice is issued only once the last
       // one ended and HP is idle, so an arriving HP kernel waits for one
-      // slice at most.
+      // slice at most; under MPS, slices short enough go beside HP.
       if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS) {
         C.BeDoneRecorded = true;
         C.BeLastPreemptible = false;
         C.BeOverlapCounted = false;
       }
-      holdWhileHpBusy(C);
+      holdWhileHpBusy(C, /*HpMatters=*/!C.SlicesBeside);
     }
     if (!buildParams(K, *K.Slice, A, static_cast<uint32_t>(Off), 0, 1, Buf, Bytes)) {
       if (Off == 0)

@@ -199,9 +199,17 @@ uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {
 }
 
 bool Policy::besideOk(const LaunchShape &S, const Choice &C) const {
-  if (C.F != Form::Original || C.Measuring || NoBeside.count(S.Key))
+  if (C.F == Form::Ptb || C.Measuring || NoBeside.count(S.Key))
     return false;
-  uint64_t Ns = queuedWaitNs(S, C);
+  uint64_t Ns = 0;
+  if (C.F == Form::Slice) {
+    // One slice at a time: an arriving HP kernel waits for one slice.
+    Measurement M = lookup(S.Key, C.name());
+    if (M.Count && M.BestNs)
+      Ns = static_cast<uint64_t>(turnaroundUs(S, C, M.BestNs) * 1e3 * 1.25) + 1;
+  } else {
+    Ns = queuedWaitNs(S, C);
+  }
   return Ns && double(Ns) <= Cfg.TurnaroundUs * 1e3;
 }
 

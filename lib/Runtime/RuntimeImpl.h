@@ -157,6 +157,9 @@ struct ContextState {
   CUevent BeStart = nullptr, BeDone = nullptr;
   bool BeDoneRecorded = false;
   bool BeLastPreemptible = false; ///< the latest BE launch was PTB
+  /// The sliced BE launch being issued runs beside HP (Policy::besideOk):
+  /// its next slice does not wait for HP to be idle. Under BeMu.
+  bool SlicesBeside = false;
   bool BeOverlapCounted = false;  ///< HP was seen arriving during it (counted)
   /// With a queue budget (Config::QueueUs): the BE launches that may still
   /// run, each with how long it may make an arriving HP kernel wait

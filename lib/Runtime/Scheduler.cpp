@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -772,7 +773,10 @@ void Runtime::Impl::finishMeasurement() {
     // A short launch, timed while HP was idle: still within the target?
     // (Admitted with a quarter to spare; revoked when it keeps missing.)
     Co.BesideChecks.fetch_add(1, std::memory_order_relaxed);
-    if (Co.Pol->besideChecked(M.Shape.Key, static_cast<uint64_t>(double(Ms) * 1e6)))
+    double Ns = double(Ms) * 1e6;
+    if (M.Pick.F == Form::Slice && M.Pick.SliceBlocks) // one slice's time
+      Ns /= std::ceil(double(M.Shape.Blocks) / double(M.Pick.SliceBlocks));
+    if (Co.Pol->besideChecked(M.Shape.Key, static_cast<uint64_t>(Ns)))
       Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -914,8 +918,10 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Co.Measure.Active = Timed = false;
   if (T)
     startTiming(*T, K, F, C, S); // after the holds: the launch's own time
+  C.SlicesBeside = Short && F == Form::Slice;
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
+  C.SlicesBeside = false;
   if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)
     C.BeDoneRecorded = true;
   else

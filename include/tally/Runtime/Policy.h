@@ -30,8 +30,9 @@
 //    launches only the original can make (clusters), have one candidate,
 //    the original: it is measured all the same (for the next rule).
 //  * Under MPS, a launch whose chosen form is the original and measured
-//    short (besideOk: its time, with a quarter more, within TurnaroundUs)
-//    need not wait for HP to be idle: kernels of two processes run side by
+//    short (besideOk: its time, with a quarter more, within TurnaroundUs),
+//    or the sliced form with slices that short, need not wait for HP to be
+//    idle: kernels of two processes run side by
 //    side there, and an arriving HP kernel waits for it no longer than the
 //    turnaround target. (Measured on an H100: eager PyTorch training beside
 //    a ResNet-50 service under plain MPS kept the service's p99; held until
@@ -174,9 +175,11 @@ public:
   /// time anyway): such a launch is not queued behind others.
   uint64_t queuedWaitNs(const LaunchShape &S, const Choice &C) const;
   /// May a launch of \p C for \p S start while HP is busy, beside it (under
-  /// MPS)? Only a measured original whose wait (queuedWaitNs) is within
-  /// the turnaround target: a PTB launch would be preempted at once, and
-  /// slices and unmeasured launches have no bound.
+  /// MPS)? A measured original whose wait (queuedWaitNs) is within the
+  /// turnaround target, or a measured sliced form whose slice is (its
+  /// slices then go one after the other while HP works, and an arriving HP
+  /// kernel waits for one); both with a quarter to spare. Not a PTB launch
+  /// (it runs narrow beside HP instead), nor an unmeasured one.
   bool besideOk(const LaunchShape &S, const Choice &C) const;
   /// A launch of \p K allowed beside HP was timed again (made while HP was
   /// idle; one short launch in 16 is): \p Ns. When BesideRevokeOver of the

@@ -313,6 +313,21 @@ TEST(PolicyChoice, BesideOnlyForShortMeasuredOriginals) {
   LaunchShape Longer = shape("longer", 1000, 0, 0);
   Choice L = profile(P, Longer, [](const Choice &) -> uint64_t { return 26 * Us; });
   EXPECT_FALSE(P.besideOk(Longer, L)) << "26 us with a quarter more is 32.5 us";
+  // A sliced choice whose slice (with a quarter more) is within the target
+  // goes beside HP, one slice at a time; one whose slices are longer not.
+  LaunchShape Sl = shape("sliced", 10000, 0, 8); // slices only: 8 per SM, 132 SMs
+  Choice SC = profile(P, Sl, [](const Choice &X) -> uint64_t {
+    return X.F == Form::Original ? 200 * Us : 210 * Us;
+  });
+  ASSERT_EQ(SC.F, Form::Slice);
+  // 210 us over ceil(10000 / 1056) = 10 slices: 21 us a slice, 26.25 with the margin.
+  EXPECT_TRUE(P.besideOk(Sl, SC)) << SC.name();
+  LaunchShape Sl2 = shape("sliced-long", 10000, 0, 8);
+  Choice SC2 = profile(P, Sl2, [](const Choice &X) -> uint64_t {
+    return X.F == Form::Original ? 250 * Us : 260 * Us;
+  });
+  ASSERT_EQ(SC2.F, Form::Slice);
+  EXPECT_FALSE(P.besideOk(Sl2, SC2)) << "26 us a slice, 32.5 with the margin";
   // A PTB choice is preempted when HP arrives: never beside.
   LaunchShape Big = shape("big", 10000);
   Choice B = profile(P, Big, [](const Choice &X) -> uint64_t {

@@ -1001,6 +1001,42 @@ TEST(ScheduleBe, ABesideKernelThatRunsLongIsHeldAgain) {
   expectHeldUntilHpIdle(*Hp, Seq, Plain.K, "a kernel timed at 500 us four times went beside HP");
 }
 
+// A kernel whose chosen form is its sliced variant, with slices short
+// enough (its ctest entry: FAKE_MPS=1, FAKE_ELAPSED_US=100: the original's
+// 100 us is over the target, a slice of one wave, 8 of the 40 blocks, is
+// 20 us), goes beside HP under MPS: the launch made while HP works returns
+// with every slice issued, none waiting for HP; every block runs once.
+TEST(ScheduleBe, ShortSlicesRunBesideHp) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  const std::string Name = "be_beside_slices";
+  const std::string Meta = metadataFor(Name, /*Slice=*/true, /*Ptb=*/false);
+  Module M(Name, false, Meta.c_str());
+  {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS); // joins
+    fake_sync();
+  }
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
+  beAlive(*Hp, 20);
+  // The original and two slice sizes, measured twice each; then decided.
+  for (int I = 0; I < 7; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+  fake_log_clear();
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
+  std::vector<int> Out(40);
+  EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "short slices waited for HP";
+  Hp->hpFinished(Seq);
+  fake_sync();
+  expectEachBlockOnce(Out);
+  EXPECT_EQ(countPrefix("launch " + Name + "__tally_slice grid=8x1x1"), 5u)
+      << "not sliced in slices of one wave";
+}
+
 /// Keeps \p Hp alive until \p Cond holds (2 s at most); returns Cond().
 template <typename F> bool aliveUntil(tally::rt::Segment &Hp, F Cond) {
   for (int I = 0; I < 200 && !Cond(); ++I)

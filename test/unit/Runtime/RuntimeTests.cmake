@@ -135,6 +135,13 @@ set_tests_properties(runtime-schedule-beside-revoked PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "short launches timed again \\(with HP idle\\), [4-9] of them over the target; 1 shapes timed too long too often"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-beside-slices
+  COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortSlicesRunBesideHp)
+set_tests_properties(runtime-schedule-beside-slices PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-slices;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): 1 short launches started while HP was busy"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-beside-check-discarded
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideCheckWhileHpCameByIsDiscarded)
 set_tests_properties(runtime-schedule-beside-check-discarded PROPERTIES
