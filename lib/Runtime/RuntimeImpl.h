@@ -73,6 +73,8 @@ struct KernelEntry {
 
   std::atomic<uint64_t> Launches[3] = {}; ///< by Form
   std::atomic<uint64_t> Preemptions{0}, Resumptions{0}, Captured{0}, Fallbacks{0};
+  /// BE: how often this kernel's launches waited for HP, and how long.
+  std::atomic<uint64_t> Holds{0}, HeldNs{0};
   /// By Form: the timed launches and their GPU time (all launches, or one
   /// in Config::StatsTimingEvery; gpuNanos() scales them to every launch
   /// that could have been timed: Timeable, not made while capturing).

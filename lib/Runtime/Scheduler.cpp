@@ -640,6 +640,18 @@ void Runtime::Impl::burstFlushLoop() {
 /// Holds the calling thread until the previous BE launch has ended and HP
 /// has been idle for the idle window. Never forever: a dead HP process's
 /// activity stops counting once its heartbeat is stale.
+namespace {
+/// The kernel whose BE launch this thread is making (launchBe), so that its
+/// waits for HP are counted for it too.
+thread_local KernelEntry *HoldingFor = nullptr;
+struct HoldingForGuard {
+  explicit HoldingForGuard(KernelEntry &K) { HoldingFor = &K; }
+  ~HoldingForGuard() { HoldingFor = nullptr; }
+  HoldingForGuard(const HoldingForGuard &) = delete;
+  HoldingForGuard &operator=(const HoldingForGuard &) = delete;
+};
+} // namespace
+
 template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpMatters) {
   uint64_t Start = 0;
   for (unsigned Spin = 0;; ++Spin) {
@@ -650,6 +662,8 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
       if (Wait && !Start) {
         Start = monotonicNs();
         Co.Holds.fetch_add(1, std::memory_order_relaxed);
+        if (HoldingFor)
+          HoldingFor->Holds.fetch_add(1, std::memory_order_relaxed);
       }
     }
     if (!Wait)
@@ -661,8 +675,12 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
     else
       std::this_thread::sleep_for(std::chrono::microseconds(10));
   }
-  if (Start)
-    Co.HeldNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
+  if (Start) {
+    uint64_t Held = monotonicNs() - Start;
+    Co.HeldNs.fetch_add(Held, std::memory_order_relaxed);
+    if (HoldingFor)
+      HoldingFor->HeldNs.fetch_add(Held, std::memory_order_relaxed);
+  }
 }
 
 void Runtime::Impl::holdWhileHpBusy(ContextState &C, bool HpMatters) {
@@ -799,6 +817,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
       startTiming(*T, K, F, C, S);
     return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
+  HoldingForGuard Holding(K);
   // One BE launch at a time, each after HP has been idle for the window;
   // with a queue budget, launches whose wait is known may queue (below);
   // under MPS, short originals need not wait for HP (besideOk).

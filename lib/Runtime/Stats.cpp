@@ -30,6 +30,7 @@ struct Row {
   uint64_t Preemptions = 0, Resumptions = 0, Captured = 0, Fallbacks = 0;
   uint64_t GpuByForm[3] = {}; ///< estimated (KernelEntry::gpuNanos)
   uint64_t Timed = 0;
+  uint64_t Holds = 0, HeldNs = 0; ///< BE launches' waits for HP
   uint64_t total() const { return Launches[0] + Launches[1] + Launches[2]; }
   uint64_t gpuNanos() const { return GpuByForm[0] + GpuByForm[1] + GpuByForm[2]; }
 };
@@ -73,6 +74,8 @@ void Runtime::Impl::writeStats() {
       It->Resumptions += K.Resumptions.load();
       It->Captured += K.Captured.load();
       It->Fallbacks += K.Fallbacks.load();
+      It->Holds += K.Holds.load();
+      It->HeldNs += K.HeldNs.load();
       for (int F = 0; F < 3; ++F) {
         It->GpuByForm[F] += K.gpuNanos(F);
         It->Timed += K.TimedLaunches[F].load();
@@ -265,6 +268,25 @@ void Runtime::Impl::writeStats() {
                    (unsigned long long)Co.SmallGrid[0].load(),
                    (unsigned long long)Co.SmallGrid[1].load(),
                    (unsigned long long)Co.SmallGrid[2].load(), Co.Mps ? "; MPS on" : "; no MPS");
+  if (Co.Usable && Cfg.Prio != Priority::High && Co.HeldNs.load()) {
+    // The kernels whose launches waited for HP longest (JSON: per kernel).
+    std::vector<const Row *> Held;
+    for (const Row &R : Rows)
+      if (R.HeldNs)
+        Held.push_back(&R);
+    std::sort(Held.begin(), Held.end(),
+              [](const Row *A, const Row *B) { return A->HeldNs > B->HeldNs; });
+    std::string Top;
+    for (size_t I = 0; I < Held.size() && I < 5; ++I) {
+      char B[96];
+      std::snprintf(B, sizeof B, " %.1f ms (%llu holds);", Held[I]->HeldNs / 1e6,
+                    (unsigned long long)Held[I]->Holds);
+      Top += " " + Short(Held[I]->Name) + B;
+    }
+    if (!Top.empty())
+      Top.pop_back();
+    std::fprintf(E, "tally: held longest, by kernel:%s\n", Top.c_str());
+  }
   if (Co.Usable && Cfg.Prio != Priority::High && Cfg.QueueUs)
     std::fprintf(E, "tally: queue budget %llu us: %llu launches queued behind earlier ones\n",
                  (unsigned long long)Cfg.QueueUs,
@@ -388,13 +410,14 @@ void Runtime::Impl::writeStats() {
                  "\"slice\": %llu, \"ptb\": %llu}, \"preemptions\": %llu, \"resumptions\": %llu, "
                  "\"captured\": %llu, \"fallbacks\": %llu, \"gpu_ms\": %.6f, "
                  "\"gpu_ms_by_form\": {\"original\": %.6f, \"slice\": %.6f, \"ptb\": %.6f}, "
-                 "\"timed_launches\": %llu",
+                 "\"timed_launches\": %llu, \"holds\": %llu, \"held_ms\": %.6f",
                  I ? "," : "", jsonString(R.Name).c_str(), R.HasVariants ? "true" : "false",
                  (unsigned long long)R.Launches[0], (unsigned long long)R.Launches[1],
                  (unsigned long long)R.Launches[2], (unsigned long long)R.Preemptions,
                  (unsigned long long)R.Resumptions, (unsigned long long)R.Captured,
                  (unsigned long long)R.Fallbacks, R.gpuNanos() / 1e6, R.GpuByForm[0] / 1e6,
-                 R.GpuByForm[1] / 1e6, R.GpuByForm[2] / 1e6, (unsigned long long)R.Timed);
+                 R.GpuByForm[1] / 1e6, R.GpuByForm[2] / 1e6, (unsigned long long)R.Timed,
+                 (unsigned long long)R.Holds, R.HeldNs / 1e6);
     if (!R.HasVariants)
       std::fprintf(J, ", \"why\": %s", jsonString(R.Why).c_str());
     std::fprintf(J, "}");
