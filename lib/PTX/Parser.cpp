@@ -623,10 +623,13 @@ Expected<Operand> Parser::parseOperand(char Closer, bool ParenLists) {
     }
     if (Depth == 0 && (C.isPunct(',') || C.isPunct(';') || C.isPunct(Closer)))
       break;
-    // No operand has two terms side by side (`1 ret`) or a guard in it: the
+    // No operand has two terms side by side (`1 ret`), nor a term right
+    // after a component (`%nctaid.x%rd25`: rewriting `%nctaid.x` into one
+    // register would make the first case of it), or a guard in it: the
     // instruction ended without its ';'.
     if (Depth == 0 && !O.Toks.empty() &&
-        (C.isPunct('@') || (IsTerm(C) && IsTerm(O.Toks.back()))))
+        (C.isPunct('@') ||
+         (IsTerm(C) && (IsTerm(O.Toks.back()) || O.Toks.back().is(TokKind::DotWord)))))
       break;
     if (C.isPunct(';'))
       return err(C, "unexpected ';' inside brackets");
