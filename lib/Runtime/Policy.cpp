@@ -231,6 +231,13 @@ bool Policy::besideChecked(const ProfileKey &K, uint64_t Ns) {
   return true;
 }
 
+bool Policy::besideSmall(const LaunchShape &S, const Choice &C) const {
+  if (C.F != Form::Original || C.Measuring || S.OrigPerSM <= 0 || S.Blocks == 0)
+    return false;
+  uint32_t Share = besideWorkers(S.OrigPerSM, S.SMs, UINT32_MAX);
+  return Share && S.Blocks <= Share;
+}
+
 void Policy::measured(const LaunchShape &S, const Choice &C, uint64_t Ns) {
   if (Ns == 0)
     return;

@@ -300,6 +300,8 @@ struct Coordination {
   bool CheckDue = false;      ///< under BeMu: time the next short launch made while HP is idle
   /// Short launches timed so far (checks), shapes revoked by them.
   std::atomic<uint64_t> BesideChecks{0}, BesideRevoked{0};
+  /// Of BesideLaunches, those allowed for their size (Policy::besideSmall).
+  std::atomic<uint64_t> BesideSmall{0};
   /// PTB launches beside HP (Policy::besideWorkers): started narrow while
   /// HP was busy; wide ones narrowed for an HP arrival; narrow ones given
   /// their workers back once HP was quiet.

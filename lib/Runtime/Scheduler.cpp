@@ -872,6 +872,9 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Sh.PtbPerSM = Sh.HasPtb ? workersPerSM(C, K.PtbFn, K.IsLibraryKernel, A) : 0;
     Sh.SlicePerSM = Sh.HasSlice ? workersPerSM(C, K.SliceFn, K.IsLibraryKernel, A) : 0;
     Sh.SMs = C.SMs;
+    // The original's footprint, for besideSmall (a cluster's occupancy is
+    // another matter: not for those).
+    Sh.OrigPerSM = Beside && !A.OriginalOnly ? workersPerSM(C, A.F, K.IsLibraryKernel, A) : 0;
     if (Sh.Blocks == 0 || Sh.Blocks > UINT32_MAX || Sh.Key.Kernel.empty()) {
       F = Form::Original;
     } else {
@@ -889,9 +892,11 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     }
   }
   bool Short = false; // may start while HP is busy
+  bool Small = false; // for its size (besideSmall): its time is not checked
   if (Beside && Decided && !Pick.Measuring) {
     std::lock_guard<std::mutex> G(Co.PolMu);
     Short = Co.Pol->besideOk(Sh, Pick);
+    Small = !Short && Co.Pol->besideSmall(Sh, Pick);
   }
   // A PTB launch runs beside HP with part of its workers (launchPtb) rather
   // than waiting for HP to be idle.
@@ -902,6 +907,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   // loses the right to run beside HP.
   if (Short && Co.ShortLaunches++ % 16 == 0)
     Co.CheckDue = true;
+  Short |= Small;
   uint64_t WaitNs = UINT64_MAX; // what this launch may make HP wait
   if (Queue && Decided && !Pick.Measuring) {
     std::lock_guard<std::mutex> G(Co.PolMu);
@@ -915,7 +921,9 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     holdWhileHpBusy(C, /*HpMatters=*/!Short && !NarrowPtb);
   if (Short && observeBusy(nullptr)) {
     Co.BesideLaunches.fetch_add(1, std::memory_order_relaxed);
-  } else if (Short && Co.CheckDue && !Co.Measure.Active) {
+    if (Small)
+      Co.BesideSmall.fetch_add(1, std::memory_order_relaxed);
+  } else if (Short && !Small && Co.CheckDue && !Co.Measure.Active) {
     // Timed with HP idle, as it was measured: beside HP its time includes
     // waiting for room on the SMs, which says nothing about the kernel.
     Co.CheckDue = false;

@@ -293,11 +293,13 @@ void Runtime::Impl::writeStats() {
                  (unsigned long long)Co.QueuedLaunches.load());
   if (Co.Usable && Cfg.Prio != Priority::High && (Co.Mps || Co.BesideLaunches.load()))
     std::fprintf(E,
-                 "tally: beside HP (MPS): %llu short launches started while HP was busy%s; "
+                 "tally: beside HP (MPS): %llu short launches started while HP was busy (%llu "
+                 "of them small grids)%s; "
                  "kernels without variants measured at %zu launch shapes, %zu of them short; "
                  "%llu short launches timed again (with HP idle), %llu of them over the "
                  "target; %llu shapes timed too long too often (held from then on)\n",
                  (unsigned long long)Co.BesideLaunches.load(),
+                 (unsigned long long)Co.BesideSmall.load(),
                  Cfg.Beside ? "" : " (off: TALLY_BESIDE=0)", OnlyShapes, OnlyShort,
                  (unsigned long long)Co.BesideChecks.load(), (unsigned long long)ChecksOver,
                  (unsigned long long)Co.BesideRevoked.load());
@@ -370,7 +372,7 @@ void Runtime::Impl::writeStats() {
                "\"queue_us\": %llu, \"queued_launches\": %llu, "
                "\"beside\": {\"enabled\": %s, \"launches\": %llu, "
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
-               "\"checks\": %llu, \"checks_over\": %llu, "
+               "\"small_launches\": %llu, \"checks\": %llu, \"checks_over\": %llu, "
                "\"timed_too_long\": %llu, \"ptb_percent\": %u, \"ptb_narrow_launches\": %llu, "
                "\"ptb_narrowed\": %llu, \"ptb_widened\": %llu}, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
@@ -392,6 +394,7 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.QueuedLaunches.load(),
                Co.Mps && Cfg.Beside ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
+               (unsigned long long)Co.BesideSmall.load(),
                (unsigned long long)Co.BesideChecks.load(), (unsigned long long)ChecksOver,
                (unsigned long long)Co.BesideRevoked.load(),
                PtbPercent,

@@ -37,6 +37,9 @@
 //    turnaround target. (Measured on an H100: eager PyTorch training beside
 //    a ResNet-50 service under plain MPS kept the service's p99; held until
 //    HP was idle, it lost two thirds of its speed.)
+//  * Under MPS, an original whose grid fits in the share that a narrow PTB
+//    launch keeps beside HP (below) may start beside HP however long it is
+//    (besideSmall): it takes no more room from HP than that launch would.
 //  * Under MPS, a PTB launch need not leave the GPU for HP either: it keeps
 //    `BesidePtbPercent` of a full wave of workers (besideWorkers; never
 //    more than it has) while HP works. A launch made while
@@ -91,6 +94,7 @@ struct LaunchShape {
   bool HasPtb = false, HasSlice = false;
   int PtbPerSM = 0;   ///< PTB variant's blocks per SM at this shape (0: does not fit)
   int SlicePerSM = 0; ///< sliced variant's blocks per SM at this shape
+  int OrigPerSM = 0;  ///< the original's blocks per SM (0: not known)
   int SMs = 0;
 };
 
@@ -181,6 +185,13 @@ public:
   /// kernel waits for one); both with a quarter to spare. Not a PTB launch
   /// (it runs narrow beside HP instead), nor an unmeasured one.
   bool besideOk(const LaunchShape &S, const Choice &C) const;
+  /// May a launch of the original for \p S start beside HP (under MPS) for
+  /// its size, whatever its time? When its grid takes no more of the GPU
+  /// than a PTB launch beside HP is allowed (BesidePtbPercent of a full
+  /// wave, by the original's blocks per SM): such a launch holds no more
+  /// room from HP than a narrow PTB launch does, for as long. (A 4-block
+  /// layernorm kernel of 52 us waited for HP 6,341 times in 10 s.)
+  bool besideSmall(const LaunchShape &S, const Choice &C) const;
   /// A launch of \p K allowed beside HP was timed again (made while HP was
   /// idle; one short launch in 16 is): \p Ns. When BesideRevokeOver of the
   /// last BesideCheckWindow such checks of \p K were longer than the

@@ -269,6 +269,37 @@ TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {
   EXPECT_EQ(C.F, Form::Original);
 }
 
+// Under MPS (PTB beside HP at 50 % of a wave), an original whose grid fits
+// in that share goes beside HP however long it is; a bigger grid, a
+// variant's form, a measuring launch, or no share, not.
+TEST(PolicyChoice, SmallGridsBesideForTheirSize) {
+  PolicyConfig Cfg;
+  Cfg.BesidePtbPercent = 50;
+  Policy P(Cfg);
+  LaunchShape S = shape("small", 4, 0, 0);
+  S.OrigPerSM = 8; // 132 SMs: 1,056 slots, 528 in the share
+  Choice First = P.choose(S);
+  EXPECT_FALSE(P.besideSmall(S, First)) << "measuring";
+  Choice C = profile(P, S, [](const Choice &) -> uint64_t { return 500 * Us; });
+  EXPECT_FALSE(P.besideOk(S, C)) << "500 us is long";
+  EXPECT_TRUE(P.besideSmall(S, C));
+  LaunchShape Edge = S, Over = S;
+  Edge.Blocks = 528;
+  Over.Blocks = 529;
+  EXPECT_TRUE(P.besideSmall(Edge, C));
+  EXPECT_FALSE(P.besideSmall(Over, C));
+  LaunchShape Unknown = S;
+  Unknown.OrigPerSM = 0;
+  EXPECT_FALSE(P.besideSmall(Unknown, C)) << "footprint unknown";
+  Choice Ptb;
+  Ptb.F = Form::Ptb;
+  Ptb.Workers = 4;
+  EXPECT_FALSE(P.besideSmall(S, Ptb));
+  Policy NoShare; // BesidePtbPercent 0: PTB leaves the GPU for HP
+  Choice C2 = profile(NoShare, S, [](const Choice &) -> uint64_t { return 500 * Us; });
+  EXPECT_FALSE(NoShare.besideSmall(S, C2));
+}
+
 // Under MPS a launch may start beside HP when it is an original measured
 // within the target (a quarter more included); kernels without variants
 // have that one candidate and are measured all the same.

@@ -1037,6 +1037,50 @@ TEST(ScheduleBe, ShortSlicesRunBesideHp) {
       << "not sliced in slices of one wave";
 }
 
+// A kernel without variants measured long (its ctest entries:
+// FAKE_MPS=1, FAKE_ELAPSED_US=500) goes beside HP under MPS when its grid
+// fits in the share a narrow PTB launch keeps (TALLY_BESIDE_PTB_PERCENT=50:
+// 4 of the fake GPU's 8 block slots), and waits for HP when it does not (40
+// blocks), or when that share is 0 (TEST_EXPECT_SMALL=0).
+TEST(ScheduleBe, SmallGridsRunBesideHpWhateverTheirTime) {
+  const char *Expect = std::getenv("TEST_EXPECT_SMALL");
+  ASSERT_NE(Expect, nullptr) << "set TEST_EXPECT_SMALL to 0 or 1";
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module Plain("be_small_grid", false, "", /*WithVariants=*/false);
+  auto Launch = [&](unsigned G) {
+    std::vector<int> Out(G);
+    ASSERT_EQ(launchDirect(Plain.K, Out, G), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  };
+  Launch(4); // joins
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
+  beAlive(*Hp, 20);
+  for (int I = 0; I < 3; ++I) { // two measurements of each shape, then decided
+    Launch(4);
+    Launch(40);
+  }
+  for (unsigned G : {4u, 40u}) {
+    uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+    std::vector<int> Out(G);
+    std::atomic<bool> Returned{false};
+    std::thread T([&] {
+      EXPECT_EQ(launchDirect(Plain.K, Out, G), CUDA_SUCCESS);
+      Returned = true;
+    });
+    beAlive(*Hp, 300, &Returned);
+    bool Beside = Returned.load();
+    EXPECT_EQ(Beside, G == 4 && !std::strcmp(Expect, "1"))
+        << G << " blocks of 500 us " << (Beside ? "went beside HP" : "waited for HP");
+    Hp->hpFinished(Seq);
+    beAlive(*Hp, 2000, &Returned);
+    T.join();
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+}
+
 /// Keeps \p Hp alive until \p Cond holds (2 s at most); returns Cond().
 template <typename F> bool aliveUntil(tally::rt::Segment &Hp, F Cond) {
   for (int I = 0; I < 200 && !Cond(); ++I)

@@ -144,6 +144,18 @@ set_tests_properties(runtime-schedule-beside-slices PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): 1 short launches started while HP was busy"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+foreach(_case "small;50;1" "small-off;0;0")
+  list(GET _case 0 _name)
+  list(GET _case 1 _pct)
+  list(GET _case 2 _expect)
+  add_test(NAME runtime-schedule-beside-${_name}
+    COMMAND RuntimeTests --gtest_filter=ScheduleBe.SmallGridsRunBesideHpWhateverTheirTime)
+  set_tests_properties(runtime-schedule-beside-${_name} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=500;TALLY_BESIDE_PTB_PERCENT=${_pct};TEST_EXPECT_SMALL=${_expect}"
+    TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): ${_expect} short launches started while HP was busy \\(${_expect} of them small grids\\)"
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+endforeach()
 add_test(NAME runtime-schedule-beside-check-discarded
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideCheckWhileHpCameByIsDiscarded)
 set_tests_properties(runtime-schedule-beside-check-discarded PROPERTIES
@@ -152,7 +164,7 @@ set_tests_properties(runtime-schedule-beside-check-discarded PROPERTIES
   PASS_REGULAR_EXPRESSION "0 shapes timed too long too often"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 set_tests_properties(runtime-schedule-beside PROPERTIES
-  PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): [1-9][0-9]* short launches started while HP was busy; kernels without variants measured at [1-9]")
+  PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): [1-9][0-9]* short launches started while HP was busy \\(0 of them small grids\\); kernels without variants measured at [1-9]")
 
 # PTB launches beside HP under MPS with part of their workers; and the cases
 # where they wait for HP instead: the share set to 0, no MPS.
