@@ -422,8 +422,10 @@ int main(int Argc, char **Argv) {
   bool NoBeside = false;
   Run->add_flag("--no-beside", NoBeside,
                 "best-effort: under MPS, every kernel waits for HP to be idle, none runs "
-                "beside HP's (default: an original measured within --turnaround-us starts at "
-                "once, and PTB launches keep --beside-ptb-percent of their workers)");
+                "beside HP's (default: an original measured within --turnaround-us, or sliced "
+                "work whose slices are, starts at once, as does an original whose grid fits "
+                "in --beside-ptb-percent of a wave; PTB launches keep that share of their "
+                "workers)");
   bool NoMpsPriority = false;
   Run->add_flag("--no-mps-priority", NoMpsPriority,
                 "best-effort: leave CUDA_MPS_CLIENT_PRIORITY as it is (default: unless it is "
@@ -434,7 +436,8 @@ int main(int Argc, char **Argv) {
   Run->add_option("--beside-ptb-percent", BesidePtb,
                   "best-effort, under MPS: while HP works, a PTB launch keeps this percentage "
                   "of a full wave of workers (at least one) beside HP's kernels instead of "
-                  "leaving the GPU (default 50; 0: it leaves and waits for HP to be idle)")
+                  "leaving the GPU (default 50; 0: it leaves and waits for HP to be idle); an "
+                  "original whose grid fits in that share starts beside HP however long it is")
       ->check(CLI::Range(0u, 100u));
   Run->add_option("--widen-us", WidenUs,
                   "best-effort, under MPS: a PTB launch running narrow beside HP takes all its "
