@@ -19,7 +19,7 @@
 #   --quick    each part in its quick mode
 #   --merge-only  run nothing: only the merged report of the parts in OUT
 #              (parts run on different machines, their folders copied into
-#              one OUT)
+#              one OUT); exit status 1 when one of them had failed
 #   --part=P   only that part (repeatable; default all three). Measured
 #              with --quick on an H100 (2026-11-24): 396, 460 and 228 s (the
 #              first with the Triton compile, 100 s cold; the second reused
@@ -127,7 +127,13 @@ PYEOF
 done
 echo "written: $report$([[ -f $csv ]] && echo ", $csv")"
 if ((merge_only)); then
-  echo "merged: $(grep -c '^# ' "$report") parts"
+  merged=0
+  for p in hp-serve resnet50 bert; do
+    [[ -f $OUT/$p.status && -f $OUT/$p.log ]] || continue
+    merged=$((merged + 1))
+    grep -q '^FAILED' "$OUT/$p.status" && fails=$((fails + 1))
+  done
+  echo "merged: $merged parts, $fails of them failed"
 else
   echo "co-location parts failed: $fails of ${#parts[@]}"
 fi

@@ -98,8 +98,8 @@
 #   PROFILE      cold (default) or warm. The runtime's profile (its measurements
 #                of each BE launch shape's forms, made while HP is idle) is
 #                kept in a cache that later runs reuse; each tally co-located
-#                run has a cache of its own ($OUT/colocate/profile/), empty
-#                with cold: the run includes the measuring, which a short run
+#                run has a cache folder of its own ($OUT/colocate/profile/,
+#                its run-time PTX cache too), empty with cold: the run includes the measuring, which a short run
 #                spends much of its time on while HP keeps interrupting it.
 #                warm: an unrecorded run of the same pair (WARMUP_SECONDS,
 #                default HP_SECONDS; logs NAME-warmup.*) fills that cache

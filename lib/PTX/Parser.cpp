@@ -569,9 +569,19 @@ Expected<Instruction> Parser::parseInstruction() {
     return err(Op, "expected an opcode, found " + found());
   take();
   const char *Begin = Op.Text.begin(), *End = Op.Text.end();
-  while (tok().is(TokKind::DotWord) && !tok().SpaceBefore)
-    End = take().Text.end();
-  I.Opcode = StringRef(Begin, End - Begin);
+  // ptxas takes modifiers apart from their opcode too (`ld.global .u32`):
+  // a word after a space (an operand never starts with one) is joined in.
+  std::string Spaced;
+  while (tok().is(TokKind::DotWord) &&
+         (!tok().SpaceBefore || (tok().Text.size() > 1 && isAlpha(tok().Text[1])))) {
+    const Token &Mod = take();
+    if (Mod.SpaceBefore && Spaced.empty())
+      Spaced = StringRef(Begin, End - Begin).str();
+    if (!Spaced.empty())
+      Spaced += Mod.Text.str();
+    End = Mod.Text.end();
+  }
+  I.Opcode = Spaced.empty() ? StringRef(Begin, End - Begin) : M.save(Spaced);
   if (consumePunct(';'))
     return std::move(I);
   // Only `call` has `( ... )` operand lists; elsewhere a parenthesis starts

@@ -606,7 +606,9 @@ PtxTransformer::Result PtxTransformer::transform(std::string_view Ptx,
     // input stays in the cache folder, and the warning says where and
     // gives ptxas's first complaint (the error's second line on).
     std::string Internal;
-    if (size_t At = ErrText.find(": internal error:"); ExitedOne && At != std::string::npos) {
+    // ("internal error: ptxas accepts the input but rejects ...", "internal
+    // error in a Tally rewrite: ...")
+    if (size_t At = ErrText.find("internal error"); ExitedOne && At != std::string::npos) {
       // ptxas's lines read "ptxas FILE, line N; error   : ...".
       size_t E = ErrText.find("error", ErrText.find('\n', At));
       if (E != std::string::npos) {

@@ -637,9 +637,6 @@ void Runtime::Impl::burstFlushLoop() {
 // Best effort
 //===----------------------------------------------------------------------===//
 
-/// Holds the calling thread until the previous BE launch has ended and HP
-/// has been idle for the idle window. Never forever: a dead HP process's
-/// activity stops counting once its heartbeat is stale.
 namespace {
 /// The kernel whose BE launch this thread is making (launchBe), so that its
 /// waits for HP are counted for it too.
@@ -652,6 +649,9 @@ struct HoldingForGuard {
 };
 } // namespace
 
+/// Holds the calling thread until the previous BE launch has ended and HP
+/// has been idle for the idle window. Never forever: a dead HP process's
+/// activity stops counting once its heartbeat is stale.
 template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpMatters) {
   uint64_t Start = 0;
   for (unsigned Spin = 0;; ++Spin) {

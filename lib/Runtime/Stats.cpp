@@ -283,9 +283,10 @@ void Runtime::Impl::writeStats() {
                     (unsigned long long)Held[I]->Holds);
       Top += " " + Short(Held[I]->Name) + B;
     }
-    if (!Top.empty())
+    if (!Top.empty()) { // (holds of graph and cooperative launches have no kernel)
       Top.pop_back();
-    std::fprintf(E, "tally: held longest, by kernel:%s\n", Top.c_str());
+      std::fprintf(E, "tally: held longest, by kernel:%s\n", Top.c_str());
+    }
   }
   if (Co.Usable && Cfg.Prio != Priority::High && Cfg.QueueUs)
     std::fprintf(E, "tally: queue budget %llu us: %llu launches queued behind earlier ones\n",
