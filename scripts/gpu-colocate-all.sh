@@ -91,8 +91,11 @@ done
 # command or an earlier one (one part per device command).
 : >"$report"
 rm -f "$csv"
+merged=0
 for p in hp-serve resnet50 bert; do
   [[ -f $OUT/$p.status && -f $OUT/$p.log ]] || continue
+  merged=$((merged + 1))
+  ((merge_only)) && grep -q '^FAILED' "$OUT/$p.status" && fails=$((fails + 1))
   log=$OUT/$p.log
   {
     echo "# $p ($(cat "$OUT/$p.status"))"
@@ -127,12 +130,6 @@ PYEOF
 done
 echo "written: $report$([[ -f $csv ]] && echo ", $csv")"
 if ((merge_only)); then
-  merged=0
-  for p in hp-serve resnet50 bert; do
-    [[ -f $OUT/$p.status && -f $OUT/$p.log ]] || continue
-    merged=$((merged + 1))
-    grep -q '^FAILED' "$OUT/$p.status" && fails=$((fails + 1))
-  done
   echo "merged: $merged parts, $fails of them failed"
 else
   echo "co-location parts failed: $fails of ${#parts[@]}"

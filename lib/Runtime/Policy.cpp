@@ -189,8 +189,10 @@ Choice Policy::choose(const LaunchShape &S) {
 }
 
 uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {
-  if (C.F == Form::Slice)
-    return 0;
+  return C.F == Form::Slice ? 0 : measuredWaitNs(S, C);
+}
+
+uint64_t Policy::measuredWaitNs(const LaunchShape &S, const Choice &C) const {
   Measurement M = lookup(S.Key, C.name());
   if (!M.Count || !M.BestNs)
     return 0;
@@ -201,15 +203,9 @@ uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {
 bool Policy::besideOk(const LaunchShape &S, const Choice &C) const {
   if (C.F == Form::Ptb || C.Measuring || NoBeside.count(S.Key))
     return false;
-  uint64_t Ns = 0;
-  if (C.F == Form::Slice) {
-    // One slice at a time: an arriving HP kernel waits for one slice.
-    Measurement M = lookup(S.Key, C.name());
-    if (M.Count && M.BestNs)
-      Ns = static_cast<uint64_t>(turnaroundUs(S, C, M.BestNs) * 1e3 * 1.25) + 1;
-  } else {
-    Ns = queuedWaitNs(S, C);
-  }
+  // Sliced work goes one slice at a time: an arriving HP kernel waits for
+  // one slice.
+  uint64_t Ns = measuredWaitNs(S, C);
   return Ns && double(Ns) <= Cfg.TurnaroundUs * 1e3;
 }
 

@@ -34,7 +34,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -791,9 +790,8 @@ void Runtime::Impl::finishMeasurement() {
     // A short launch, timed while HP was idle: still within the target?
     // (Admitted with a quarter to spare; revoked when it keeps missing.)
     Co.BesideChecks.fetch_add(1, std::memory_order_relaxed);
-    double Ns = double(Ms) * 1e6;
-    if (M.Pick.F == Form::Slice && M.Pick.SliceBlocks) // one slice's time
-      Ns /= std::ceil(double(M.Shape.Blocks) / double(M.Pick.SliceBlocks));
+    // What HP would wait for: the whole original, or one slice.
+    double Ns = Policy::turnaroundUs(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6)) * 1e3;
     if (Co.Pol->besideChecked(M.Shape.Key, static_cast<uint64_t>(Ns)))
       Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
     return;

@@ -221,6 +221,10 @@ private:
     uint64_t BestNs = 0;
   };
   Measurement lookup(const ProfileKey &K, const std::string &Name) const;
+  /// How long an arriving HP kernel may wait for one launch of \p C for
+  /// \p S, with a quarter more (its turnaround; for slices, one slice); 0
+  /// when not measured.
+  uint64_t measuredWaitNs(const LaunchShape &S, const Choice &C) const;
 
   PolicyConfig Cfg;
   ProfileCache *Cache;
