@@ -175,6 +175,7 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     if (!parseUnsigned(V, 1000000, N))
       return Fail("TALLY_QUEUE_US", V, "microseconds from 0 to 1000000");
     C.QueueUs = N;
+    C.QueueUsGiven = true;
   }
   if (!Flag("TALLY_BESIDE", C.Beside))
     return C;

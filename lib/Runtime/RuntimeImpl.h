@@ -293,6 +293,10 @@ struct Coordination {
   std::atomic<uint64_t> Unstoppable{0};
   /// BE launches made while earlier ones were still queued (QueueUs).
   std::atomic<uint64_t> QueuedLaunches{0};
+  /// The queue budget in use (Config::QueueUs, or its default under MPS),
+  /// set when the process joins; whether it is that default.
+  std::atomic<uint64_t> QueueUs{0};
+  bool QueueDefault = false;
   /// BE launches started while HP was busy because they are short (MPS);
   /// short launches so far (every 16th is timed); shapes that ran long.
   std::atomic<uint64_t> BesideLaunches{0};

@@ -121,13 +121,25 @@ void Runtime::Impl::coordinate(ContextState &C) {
       }
       // CUDA_MPS_CLIENT_PRIORITY: 0 normal (the default), 1 below normal.
       const char *ClientPrio = std::getenv("CUDA_MPS_CLIENT_PRIORITY");
-      const char *Below = ClientPrio && !std::strcmp(ClientPrio, "1")
-                              ? "; this process is an MPS client of below-normal priority"
-                              : "";
+      const bool Low = ClientPrio && !std::strcmp(ClientPrio, "1");
+      std::string Below;
+      if (Low) {
+        Below = "; this process is an MPS client of below-normal priority";
+        // The GPU starts HP's waiting blocks before any of this process's
+        // queued ones: launches may queue (an arriving HP kernel waits for
+        // the running blocks, not for the queue). Only where the driver
+        // says this context is a client (not from the daemon's pipe alone).
+        if (Cfg.Prio != Priority::High && !Cfg.QueueUsGiven && Asked) {
+          Co.QueueUs.store(Config::MpsQueueUs, std::memory_order_relaxed);
+          Co.QueueDefault = true;
+          Below += ", so its launches queue within " + std::to_string(Config::MpsQueueUs) +
+                   " us while HP is idle (--queue-us)";
+        }
+      }
       logf(LogLevel::Info, "MPS is %s: HP and BE kernels share the GPU side by side; an "
                            "arriving HP kernel waits for the running BE blocks to leave%s%s",
            Asked ? "on for this context" : "running (its control pipe is there)",
-           Beside.c_str(), Below);
+           Beside.c_str(), Below.c_str());
     }
     else
       logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
@@ -156,6 +168,8 @@ void Runtime::Impl::coordinate(ContextState &C) {
              Co.Seg->path().c_str());
       }
     } else {
+      if (Cfg.QueueUsGiven)
+        Co.QueueUs.store(Cfg.QueueUs, std::memory_order_relaxed);
       PolicyConfig PC;
       PC.TurnaroundUs = Cfg.TurnaroundUs;
       PC.IdleWindowNs = Cfg.IdleUs * 1000;
@@ -729,7 +743,7 @@ uint64_t Runtime::Impl::queuedWait(ContextState &C, CUstream S) {
 }
 
 void Runtime::Impl::holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs, bool HpMatters) {
-  const uint64_t Budget = Cfg.QueueUs * 1000;
+  const uint64_t Budget = Co.QueueUs.load(std::memory_order_relaxed) * 1000;
   bool Behind = false;
   holdUntil([&] {
     uint64_t Queued = queuedWait(C, S);
@@ -741,7 +755,7 @@ void Runtime::Impl::holdForQueue(ContextState &C, CUstream S, uint64_t WaitNs, b
 }
 
 void Runtime::Impl::queueBe(ContextState &C, CUstream S, uint64_t WaitNs) {
-  if (!Cfg.QueueUs || C.BeQueueBroken)
+  if (!Co.QueueUs.load(std::memory_order_relaxed) || C.BeQueueBroken)
     return;
   CUevent E = nullptr;
   if (!C.BeQueueFree.empty()) {
@@ -819,7 +833,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   // One BE launch at a time, each after HP has been idle for the window;
   // with a queue budget, launches whose wait is known may queue (below);
   // under MPS, short originals need not wait for HP (besideOk).
-  const bool Queue = Cfg.QueueUs && !C.BeQueueBroken;
+  const bool Queue = Co.QueueUs.load(std::memory_order_relaxed) && !C.BeQueueBroken;
   if (Co.Measure.Active)
     holdWhileHpBusy(C, /*HpMatters=*/false); // the measured launch must end first
   finishMeasurement();

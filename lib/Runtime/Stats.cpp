@@ -288,9 +288,10 @@ void Runtime::Impl::writeStats() {
       std::fprintf(E, "tally: held longest, by kernel:%s\n", Top.c_str());
     }
   }
-  if (Co.Usable && Cfg.Prio != Priority::High && Cfg.QueueUs)
-    std::fprintf(E, "tally: queue budget %llu us: %llu launches queued behind earlier ones\n",
-                 (unsigned long long)Cfg.QueueUs,
+  if (Co.Usable && Cfg.Prio != Priority::High && Co.QueueUs.load())
+    std::fprintf(E, "tally: queue budget %llu us%s: %llu launches queued behind earlier ones\n",
+                 (unsigned long long)Co.QueueUs.load(),
+                 Co.QueueDefault ? " (the default of a below-normal-priority MPS client)" : "",
                  (unsigned long long)Co.QueuedLaunches.load());
   if (Co.Usable && Cfg.Prio != Priority::High && (Co.Mps || Co.BesideLaunches.load()))
     std::fprintf(E,
@@ -391,7 +392,7 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
                Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
-               (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Cfg.QueueUs,
+               (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Co.QueueUs.load(),
                (unsigned long long)Co.QueuedLaunches.load(),
                Co.Mps && Cfg.Beside ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tally/Runtime/Config.h"
 #include "tally/Runtime/ProfileCache.h"
 #include "tally/Runtime/PtxLoader.h"
 
@@ -414,10 +415,13 @@ int main(int Argc, char **Argv) {
       ->check(CLI::Range(1u, 3600000u));
   unsigned QueueUs = 0;
   Run->add_option("--queue-us", QueueUs,
-                  "best-effort, experimental: while HP is idle, queue BE launches as long as "
-                  "the estimated time of the queued work (from the profile) stays within this "
-                  "many us, instead of one launch at a time (default 0: one at a time); an "
-                  "arriving HP kernel may wait that long more")
+                  "best-effort: while HP is idle, queue BE launches as long as the estimated "
+                  "time of the queued work (from the profile) stays within this many us, "
+                  "instead of one launch at a time (0). Default: " +
+                      std::to_string(tally::rt::Config::MpsQueueUs) +
+                      " for an MPS client of below-normal priority (the GPU starts HP's blocks "
+                      "before BE's queued ones), else 0; without MPS an arriving HP kernel may "
+                      "wait that long more")
       ->check(CLI::Range(0u, 1000000u));
   bool NoBeside = false;
   Run->add_flag("--no-beside", NoBeside,
@@ -576,7 +580,7 @@ int main(int Argc, char **Argv) {
     Set("TALLY_IDLE_US", std::to_string(IdleUs));
   if (SilenceMs)
     Set("TALLY_SILENCE_MS", std::to_string(SilenceMs));
-  if (QueueUs)
+  if (Run->count("--queue-us"))
     Set("TALLY_QUEUE_US", std::to_string(QueueUs));
   if (NoBeside)
     Set("TALLY_BESIDE", "0");

@@ -110,6 +110,20 @@ set_tests_properties(runtime-schedule-queue PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+# Without TALLY_QUEUE_US: an MPS client of below-normal priority queues
+# within the default budget (200 us: six launches of 31.25 us); at normal
+# priority, or with the budget given as 0, one launch at a time.
+function(tally_queue_mps_test NAME PRIO FIT ENV PASS FAIL)
+  add_test(NAME runtime-schedule-queue-mps-${NAME} COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
+  set_tests_properties(runtime-schedule-queue-mps-${NAME} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue-${NAME};TALLY_CACHE_DIR=${_rt_dir}/cache-queue-${NAME};TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;CUDA_MPS_CLIENT_PRIORITY=${PRIO};TEST_QUEUE_FIT=${FIT}${ENV}"
+    TIMEOUT 120 PASS_REGULAR_EXPRESSION "${PASS}" FAIL_REGULAR_EXPRESSION "${FAIL}")
+endfunction()
+tally_queue_mps_test(default 1 6 ""
+  "queue budget 200 us \\(the default of a below-normal-priority MPS client\\): [1-9][0-9]* launches queued"
+  "FAILED|DEAD")
+tally_queue_mps_test(normal 0 0 "" "PASSED" "FAILED|DEAD|queue budget")
+tally_queue_mps_test(given0 1 0 ";TALLY_QUEUE_US=0" "PASSED" "FAILED|DEAD|queue budget")
 # Short kernels beside HP under MPS (the fake answers the MPS attribute with
 # FAKE_MPS and times every measured launch at FAKE_ELAPSED_US), and three
 # cases where they must be held: beside turned off, no MPS, too long; the
