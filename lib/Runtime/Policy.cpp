@@ -118,6 +118,14 @@ double Policy::turnaroundUs(const LaunchShape &S, const Choice &C, uint64_t Ns) 
   return T;
 }
 
+double Policy::waitUs(const LaunchShape &S, const Choice &C, uint64_t Ns) const {
+  if (C.F != Form::Original || !Cfg.BlocksFirst || S.OrigPerSM <= 0 || S.SMs <= 0 ||
+      S.Blocks == 0)
+    return turnaroundUs(S, C, Ns);
+  double Wave = double(S.OrigPerSM) * double(S.SMs);
+  return double(Ns) / 1000.0 / std::ceil(double(S.Blocks) / Wave);
+}
+
 Policy::Measurement Policy::lookup(const ProfileKey &K, const std::string &Name) const {
   Measurement M;
   if (Cache) {
@@ -181,6 +189,7 @@ Choice Policy::choose(const LaunchShape &S) {
   Made.ChosenNs = Ms[Best].BestNs;
   Made.OriginalNs = Ms.front().BestNs; // candidates() puts the original first
   Made.TurnaroundUs = turnaroundUs(S, C, Ms[Best].BestNs);
+  Made.WaitUs = waitUs(S, C, Ms[Best].BestNs);
   Made.MeetsTarget = Made.TurnaroundUs <= Cfg.TurnaroundUs;
   Made.OriginalOnly = Cands.size() == 1;
   Decisions.push_back(std::move(Made));
@@ -196,8 +205,7 @@ uint64_t Policy::measuredWaitNs(const LaunchShape &S, const Choice &C) const {
   Measurement M = lookup(S.Key, C.name());
   if (!M.Count || !M.BestNs)
     return 0;
-  double Ns = C.F == Form::Original ? double(M.BestNs) : turnaroundUs(S, C, M.BestNs) * 1e3;
-  return static_cast<uint64_t>(Ns * 1.25) + 1;
+  return static_cast<uint64_t>(waitUs(S, C, M.BestNs) * 1e3 * 1.25) + 1;
 }
 
 bool Policy::besideOk(const LaunchShape &S, const Choice &C) const {

@@ -111,6 +111,13 @@ void Runtime::Impl::coordinate(ContextState &C) {
                  D.cuDeviceGetAttribute(&MpsOn, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, C.Dev) ==
                      CUDA_SUCCESS;
     Co.Mps = Asked ? MpsOn != 0 : mpsRunning();
+    // CUDA_MPS_CLIENT_PRIORITY: 0 normal (the default), 1 below normal.
+    // Only where the driver says this context is a client (not from the
+    // daemon's pipe alone): the GPU then starts HP's waiting blocks before
+    // any of this process's.
+    const char *ClientPrio = std::getenv("CUDA_MPS_CLIENT_PRIORITY");
+    const bool Low = ClientPrio && !std::strcmp(ClientPrio, "1");
+    const bool BlocksFirst = Co.Mps && Asked && Low && Cfg.Prio != Priority::High;
     if (Co.Mps) {
       std::string Beside;
       if (Cfg.Prio != Priority::High && Cfg.Beside) {
@@ -119,20 +126,17 @@ void Runtime::Impl::coordinate(ContextState &C) {
           Beside += ", and PTB launches with " + std::to_string(Cfg.BesidePtbPercent) +
                     " % of a wave of workers";
       }
-      // CUDA_MPS_CLIENT_PRIORITY: 0 normal (the default), 1 below normal.
-      const char *ClientPrio = std::getenv("CUDA_MPS_CLIENT_PRIORITY");
-      const bool Low = ClientPrio && !std::strcmp(ClientPrio, "1");
       std::string Below;
-      if (Low) {
+      if (Low)
         Below = "; this process is an MPS client of below-normal priority";
-        // The GPU starts HP's waiting blocks before any of this process's
-        // queued ones: launches may queue (an arriving HP kernel waits for
-        // the running blocks, not for the queue). Only where the driver
-        // says this context is a client (not from the daemon's pipe alone).
-        if (Cfg.Prio != Priority::High && !Cfg.QueueUsGiven && Asked) {
+      if (BlocksFirst) {
+        // An arriving HP kernel waits for the running blocks, not for the
+        // queue nor for an original's later waves.
+        Below += ", so an original whose waves are within the target runs beside HP";
+        if (!Cfg.QueueUsGiven) {
           Co.QueueUs.store(Config::MpsQueueUs, std::memory_order_relaxed);
           Co.QueueDefault = true;
-          Below += ", so its launches queue within " + std::to_string(Config::MpsQueueUs) +
+          Below += ", and launches queue within " + std::to_string(Config::MpsQueueUs) +
                    " us while HP is idle (--queue-us)";
         }
       }
@@ -178,6 +182,7 @@ void Runtime::Impl::coordinate(ContextState &C) {
       // it they would be time-sliced against HP for their whole length.
       PC.BesidePtbPercent = Co.Mps && Asked && Cfg.Beside ? Cfg.BesidePtbPercent : 0;
       PC.WidenNs = Cfg.WidenUs * 1000;
+      PC.BlocksFirst = BlocksFirst;
       if (Cfg.ProfileCache) {
         std::string Dir = ProfileCache::defaultDir([](const char *N) -> const char * {
           return std::getenv(N);
@@ -804,8 +809,9 @@ void Runtime::Impl::finishMeasurement() {
     // A short launch, timed while HP was idle: still within the target?
     // (Admitted with a quarter to spare; revoked when it keeps missing.)
     Co.BesideChecks.fetch_add(1, std::memory_order_relaxed);
-    // What HP would wait for: the whole original, or one slice.
-    double Ns = Policy::turnaroundUs(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6)) * 1e3;
+    // What HP would wait for: the whole original (with BlocksFirst one of
+    // its waves), or one slice.
+    double Ns = Co.Pol->waitUs(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6)) * 1e3;
     if (Co.Pol->besideChecked(M.Shape.Key, static_cast<uint64_t>(Ns)))
       Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
     return;

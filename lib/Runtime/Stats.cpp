@@ -198,7 +198,7 @@ void Runtime::Impl::writeStats() {
     for (const Decision &D : Co.Pol->decisions()) {
       if (D.OriginalOnly) {
         ++OnlyShapes;
-        OnlyShort += D.TurnaroundUs * 1.25 <= Cfg.TurnaroundUs; // Policy::besideOk's rule
+        OnlyShort += D.WaitUs * 1.25 <= Cfg.TurnaroundUs; // Policy::besideOk's rule
         continue;
       }
       Costs.push_back(D.costOverOriginal());

@@ -37,6 +37,11 @@
 //    turnaround target. (Measured on an H100: eager PyTorch training beside
 //    a ResNet-50 service under plain MPS kept the service's p99; held until
 //    HP was idle, it lost two thirds of its speed.)
+//  * Under MPS as a client of below-normal priority (BlocksFirst), the GPU
+//    starts HP's waiting blocks before this process's: an original whose
+//    one wave (its time over the waves of its grid) is that short goes
+//    beside HP however long it is in all (eager PyTorch's elementwise
+//    kernels: hundreds of microseconds of blocks of a few).
 //  * Under MPS, an original whose grid fits in the share that a narrow PTB
 //    launch keeps beside HP (below) may start beside HP however long it is
 //    (besideSmall): it takes no more room from HP than that launch would.
@@ -78,6 +83,10 @@ struct PolicyConfig {
   unsigned Repeats = 2; ///< measurements of each candidate before choosing
   uint32_t BesidePtbPercent = 0; ///< 0: PTB launches leave the GPU for HP
   uint64_t WidenNs = 1'000'000;
+  /// The GPU starts HP's waiting blocks before any of this process's (an
+  /// MPS client of below-normal priority): an arriving HP kernel waits for
+  /// the running blocks of an original, not for the rest of it (waitUs).
+  bool BlocksFirst = false;
 };
 
 /// What the HP processes look like at one instant (from the segment).
@@ -122,6 +131,8 @@ struct Decision {
   std::string Chosen; ///< Choice::name()
   uint64_t ChosenNs = 0, OriginalNs = 0;
   double TurnaroundUs = 0;
+  /// What an arriving HP kernel waits for it (Policy::waitUs).
+  double WaitUs = 0;
   bool MeetsTarget = false;
   /// The shape had no candidate but the original (a kernel without
   /// variants): there was nothing to choose.
@@ -172,6 +183,13 @@ public:
   void measured(const LaunchShape &S, const Choice &C, uint64_t Ns);
   /// Estimated turnaround in us of \p C for \p S when it takes \p Ns.
   static double turnaroundUs(const LaunchShape &S, const Choice &C, uint64_t Ns);
+  /// How long an arriving HP kernel waits for a launch of \p C for \p S
+  /// that takes \p Ns, in us: its turnaround; with BlocksFirst, for an
+  /// original of known occupancy (OrigPerSM), one wave's time (\p Ns over
+  /// the waves of its grid): when its running blocks end, HP's get the
+  /// room, not its next wave. (Assumes blocks of even length; a grid of
+  /// one wave, as persistent kernels have, waits for all of it.)
+  double waitUs(const LaunchShape &S, const Choice &C, uint64_t Ns) const;
   /// How long an arriving HP kernel may have to wait for a launch of \p C
   /// for \p S queued before it, in ns, from the measurements: an
   /// original's whole time, a PTB launch's turnaround; a quarter more as a
@@ -179,8 +197,8 @@ public:
   /// time anyway): such a launch is not queued behind others.
   uint64_t queuedWaitNs(const LaunchShape &S, const Choice &C) const;
   /// May a launch of \p C for \p S start while HP is busy, beside it (under
-  /// MPS)? A measured original whose wait (queuedWaitNs) is within the
-  /// turnaround target, or a measured sliced form whose slice is (its
+  /// MPS)? A measured original whose wait (queuedWaitNs; with BlocksFirst
+  /// one wave's time) is within the turnaround target, or a measured sliced form whose slice is (its
   /// slices then go one after the other while HP works, and an arriving HP
   /// kernel waits for one); both with a quarter to spare. Not a PTB launch
   /// (it runs narrow beside HP instead), nor an unmeasured one.

@@ -259,6 +259,54 @@ TEST(PolicyChoice, QueuedWait) {
   EXPECT_EQ(P.queuedWaitNs(S, Sl), 0u);
 }
 
+// As a below-normal-priority MPS client (BlocksFirst), an arriving HP
+// kernel waits for an original's running blocks, not its later waves: an
+// original of 400 us in 20 waves (20 us each) goes beside HP, with one wave
+// in the queue's estimate too; in 10 waves (40 us) it does not, nor in one
+// wave, nor at normal priority, nor without its occupancy. The choice
+// among forms is not changed (it still weighs an original's whole time).
+TEST(PolicyChoice, BlocksFirstWaitsForOneWave) {
+  PolicyConfig Cfg;
+  Cfg.BlocksFirst = true;
+  Policy P(Cfg), Normal;
+  LaunchShape S = shape("waves", 132 * 4 * 20, 0, 0); // no variants
+  S.OrigPerSM = 4;
+  auto Time = [](const Choice &) -> uint64_t { return 400 * Us; };
+  Choice C = profile(P, S, Time);
+  ASSERT_EQ(C.F, Form::Original);
+  EXPECT_DOUBLE_EQ(P.waitUs(S, C, 400 * Us), 20.0);
+  EXPECT_TRUE(P.besideOk(S, C)) << "20 us waves, 25 with a quarter more";
+  EXPECT_NEAR(double(P.queuedWaitNs(S, C)), 20e3 * 1.25, 2.0);
+  ASSERT_EQ(P.decisions().size(), 1u);
+  EXPECT_DOUBLE_EQ(P.decisions()[0].WaitUs, 20.0);
+  EXPECT_DOUBLE_EQ(P.decisions()[0].TurnaroundUs, 400.0);
+  // A partial last wave counts as a wave: 20 waves and one block.
+  LaunchShape Ragged = S;
+  Ragged.Blocks += 1;
+  EXPECT_NEAR(P.waitUs(Ragged, C, 420 * Us), 20.0, 1e-9);
+  LaunchShape Ten = S, One = S, Unknown = S;
+  Ten.Key.Kernel = "ten";
+  Ten.Blocks = 132 * 4 * 10;
+  One.Key.Kernel = "one";
+  One.Blocks = 132 * 4;
+  Unknown.Key.Kernel = "unknown";
+  Unknown.OrigPerSM = 0;
+  for (LaunchShape *L : {&Ten, &One, &Unknown}) {
+    Choice D = profile(P, *L, Time);
+    EXPECT_FALSE(P.besideOk(*L, D)) << L->Key.Kernel;
+  }
+  EXPECT_DOUBLE_EQ(P.waitUs(One, C, 400 * Us), 400.0);
+  EXPECT_DOUBLE_EQ(P.waitUs(Unknown, C, 400 * Us), 400.0);
+  Choice N = profile(Normal, S, Time);
+  EXPECT_FALSE(Normal.besideOk(S, N)) << "normal priority: the whole 400 us";
+  EXPECT_NEAR(double(Normal.queuedWaitNs(S, N)), 400e3 * 1.25, 2.0);
+  // Forms other than the original are not changed.
+  Choice Ptb;
+  Ptb.F = Form::Ptb;
+  Ptb.Workers = 528;
+  EXPECT_DOUBLE_EQ(P.waitUs(S, Ptb, 400 * Us), Policy::turnaroundUs(S, Ptb, 400 * Us));
+}
+
 TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {
   Policy P;
   LaunchShape S = shape("short", 1000);

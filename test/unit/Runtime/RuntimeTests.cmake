@@ -128,20 +128,28 @@ tally_queue_mps_test(given0 1 0 ";TALLY_QUEUE_US=0" "PASSED" "FAILED|DEAD|queue 
 # FAKE_MPS and times every measured launch at FAKE_ELAPSED_US), and three
 # cases where they must be held: beside turned off, no MPS, too long; the
 # same for launches with a cluster attribute (only the original can run
-# them: measured and let beside HP all the same).
-foreach(_case "beside;1;10;1;1;plain" "beside-off;1;10;0;0;plain" "beside-no-mps;0;10;1;0;plain"
-              "beside-long;1;500;1;0;plain" "beside-cluster;1;10;1;1;cluster"
-              "beside-cluster-long;1;500;1;0;cluster")
+# them: measured and let beside HP all the same). As a client of
+# below-normal priority (the last field), a kernel of 100 us in 5 waves
+# (40 blocks, 8 per wave in the fake) goes beside HP for its 20 us waves;
+# not at normal priority, nor with waves of 100 us, nor with a cluster
+# (its occupancy is not known).
+foreach(_case "beside;1;10;1;1;plain;0" "beside-off;1;10;0;0;plain;0" "beside-no-mps;0;10;1;0;plain;0"
+              "beside-long;1;500;1;0;plain;0" "beside-cluster;1;10;1;1;cluster;0"
+              "beside-cluster-long;1;500;1;0;cluster;0"
+              "beside-waves;1;100;1;1;plain;1" "beside-waves-normal;1;100;1;0;plain;0"
+              "beside-waves-long;1;500;1;0;plain;1" "beside-waves-cluster;1;100;1;0;cluster;1"
+              "beside-waves-no-mps;0;100;1;0;plain;1")
   list(GET _case 0 _name)
   list(GET _case 1 _mps)
   list(GET _case 2 _us)
   list(GET _case 3 _on)
   list(GET _case 4 _expect)
   list(GET _case 5 _launch)
+  list(GET _case 6 _prio)
   add_test(NAME runtime-schedule-${_name}
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortKernelsRunBesideHp)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect};TEST_LAUNCH=${_launch}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect};TEST_LAUNCH=${_launch};CUDA_MPS_CLIENT_PRIORITY=${_prio}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
 add_test(NAME runtime-schedule-beside-revoked
