@@ -177,6 +177,12 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     C.QueueUs = N;
     C.QueueUsGiven = true;
   }
+  if (const char *V = GetEnv("TALLY_MAX_HOLD_US"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 10000000, N))
+      return Fail("TALLY_MAX_HOLD_US", V, "microseconds from 0 to 10000000");
+    C.MaxHoldUs = N;
+  }
   if (!Flag("TALLY_BESIDE", C.Beside))
     return C;
   if (const char *V = GetEnv("TALLY_BESIDE_PTB_PERCENT"); V && *V) {

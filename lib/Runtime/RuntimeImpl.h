@@ -293,6 +293,8 @@ struct Coordination {
   std::atomic<uint64_t> Unstoppable{0};
   /// BE launches made while earlier ones were still queued (QueueUs).
   std::atomic<uint64_t> QueuedLaunches{0};
+  /// Holds ended by the bound (Config::MaxHoldUs) rather than by HP idle.
+  std::atomic<uint64_t> HoldsCut{0};
   /// The queue budget in use (Config::QueueUs, or its default under MPS),
   /// set when the process joins; whether it is that default.
   std::atomic<uint64_t> QueueUs{0};

@@ -668,13 +668,15 @@ struct HoldingForGuard {
 } // namespace
 
 /// Holds the calling thread until the previous BE launch has ended and HP
-/// has been idle for the idle window. Never forever: a dead HP process's
-/// activity stops counting once its heartbeat is stale.
+/// has been idle for the idle window (or, with MaxHoldUs, HP was waited for
+/// that long). Never forever: a dead HP process's activity stops counting
+/// once its heartbeat is stale.
 template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpMatters) {
   uint64_t Start = 0;
+  bool Cut = false; // waited MaxHoldUs for HP: from now on only for its own work
   for (unsigned Spin = 0;; ++Spin) {
     bool Wait = Busy();
-    if (!Wait && HpMatters) {
+    if (!Wait && HpMatters && !Cut) {
       Policy::Mode Mode;
       Wait = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
       if (Wait && !Start) {
@@ -682,6 +684,11 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
         Co.Holds.fetch_add(1, std::memory_order_relaxed);
         if (HoldingFor)
           HoldingFor->Holds.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (Wait && Cfg.MaxHoldUs && monotonicNs() - Start >= Cfg.MaxHoldUs * 1000) {
+        Cut = true;
+        Wait = false;
+        Co.HoldsCut.fetch_add(1, std::memory_order_relaxed);
       }
     }
     if (!Wait)

@@ -217,6 +217,10 @@ void Runtime::Impl::writeStats() {
     return Turn.empty() ? 0.0
                         : Turn[std::min(Turn.size() - 1, size_t(P * (Turn.size() - 1) + 0.5))];
   };
+  std::string Cut; // holds ended by --max-hold-us
+  if (Cfg.MaxHoldUs)
+    Cut = " (" + std::to_string(Co.HoldsCut.load()) + " of them ended after " +
+          std::to_string(Cfg.MaxHoldUs) + " us: --max-hold-us)";
   if (Co.Usable) {
     if (Cfg.Prio == Priority::High) {
       std::fprintf(E,
@@ -255,13 +259,13 @@ void Runtime::Impl::writeStats() {
     else
       std::fprintf(E,
                    "tally: scheduling: %llu launches at full speed (no HP activity), held %llu "
-                   "times for %.3f ms in all, %llu preemptions by HP arrivals; profile: %llu "
+                   "times for %.3f ms in all%s, %llu preemptions by HP arrivals; profile: %llu "
                    "choices from measurements, %llu launches measuring (%llu measurements kept, "
                    "%llu discarded because HP came by); %llu times HP arrived while a BE "
                    "kernel that cannot be stopped ran; grids smaller than the GPU: %llu original, "
                    "%llu sliced, %llu PTB%s\n",
                    (unsigned long long)Co.FullSpeed.load(), (unsigned long long)Co.Holds.load(),
-                   Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
+                   Co.HeldNs.load() / 1e6, Cut.c_str(), (unsigned long long)Co.Preemptions.load(),
                    (unsigned long long)Hits, (unsigned long long)Misses,
                    (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
                    (unsigned long long)Co.Unstoppable.load(),
@@ -371,7 +375,8 @@ void Runtime::Impl::writeStats() {
                "\"hp_host_completions\": %llu, \"hp_completion_writes\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
-               "\"queue_us\": %llu, \"queued_launches\": %llu, "
+               "\"queue_us\": %llu, \"queued_launches\": %llu, \"max_hold_us\": %llu, "
+               "\"holds_cut\": %llu, "
                "\"beside\": {\"enabled\": %s, \"launches\": %llu, "
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
                "\"small_launches\": %llu, \"checks\": %llu, \"checks_over\": %llu, "
@@ -393,8 +398,8 @@ void Runtime::Impl::writeStats() {
                Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
                (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Co.QueueUs.load(),
-               (unsigned long long)Co.QueuedLaunches.load(),
-               Co.Mps && Cfg.Beside ? "true" : "false",
+               (unsigned long long)Co.QueuedLaunches.load(), (unsigned long long)Cfg.MaxHoldUs,
+               (unsigned long long)Co.HoldsCut.load(), Co.Mps && Cfg.Beside ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
                (unsigned long long)Co.BesideSmall.load(),
                (unsigned long long)Co.BesideChecks.load(), (unsigned long long)ChecksOver,

@@ -423,6 +423,14 @@ int main(int Argc, char **Argv) {
                       "before BE's queued ones), else 0; without MPS an arriving HP kernel may "
                       "wait that long more")
       ->check(CLI::Range(0u, 1000000u));
+  unsigned MaxHoldUs = 0;
+  Run->add_option("--max-hold-us", MaxHoldUs,
+                  "best-effort: a launch waits for HP to be idle at most this long, then "
+                  "starts beside HP (default 0: until HP is idle). For a service that is "
+                  "rarely idle for --idle-us, such as an eager PyTorch one, kernels that "
+                  "cannot be stopped otherwise wait most of the time; an arriving HP kernel "
+                  "may then wait for such a kernel's blocks")
+      ->check(CLI::Range(0u, 10000000u));
   bool NoBeside = false;
   Run->add_flag("--no-beside", NoBeside,
                 "best-effort: under MPS, every kernel waits for HP to be idle, none runs "
@@ -582,6 +590,8 @@ int main(int Argc, char **Argv) {
     Set("TALLY_SILENCE_MS", std::to_string(SilenceMs));
   if (Run->count("--queue-us"))
     Set("TALLY_QUEUE_US", std::to_string(QueueUs));
+  if (Run->count("--max-hold-us"))
+    Set("TALLY_MAX_HOLD_US", std::to_string(MaxHoldUs));
   if (NoBeside)
     Set("TALLY_BESIDE", "0");
   // Under MPS, the hardware's own priority between clients: a BE process's

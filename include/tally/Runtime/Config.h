@@ -116,6 +116,12 @@ struct Config {
   /// any of BE's queued ones), else 0.
   uint64_t QueueUs = 0;
   bool QueueUsGiven = false;
+  /// Guarded mode: a BE launch waits for HP to be idle at most this long,
+  /// then starts beside HP (0: no bound; it waits until HP is idle). For a
+  /// service that is never idle for the window long (an eager PyTorch
+  /// service launches for most of each request), kernels that cannot be
+  /// stopped would otherwise wait for most of the time.
+  uint64_t MaxHoldUs = 0;
   /// The queue budget of a below-normal-priority MPS client (measured on an
   /// H100, CUDA training example beside an HP service at half load, 10 s:
   /// BE kept 0.40 of its speed one launch at a time, 0.54 with 150 us and

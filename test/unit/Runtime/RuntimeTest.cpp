@@ -792,6 +792,34 @@ TEST(ScheduleBe, HeldWhileHpIsActive) {
   }
 }
 
+// With a bound on holds (TALLY_MAX_HOLD_US=400000 in its ctest): a BE
+// launch made while HP stays active waits for it, but not past the bound;
+// then it starts beside HP. Its blocks all run once.
+TEST(ScheduleBe, AHoldEndsAtTheBound) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_bound");
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy from here on
+  std::vector<int> Out(40);
+  std::atomic<bool> Returned{false};
+  auto Start = std::chrono::steady_clock::now();
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 150);
+  EXPECT_FALSE(Returned.load()) << "the launch did not wait for HP";
+  beAlive(*Hp, 3000, &Returned);
+  T.join();
+  EXPECT_TRUE(Returned.load()) << "the launch waited past the bound";
+  double Ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - Start)
+                  .count();
+  EXPECT_GE(Ms, 400.0) << "ended before the bound";
+  fake_sync();
+  expectEachBlockOnce(Out);
+  Hp->hpFinished(Seq);
+}
+
 // With a queue budget (TALLY_QUEUE_US=70 in its ctest): once the kernel's
 // forms are measured, launches made while HP is idle queue behind earlier
 // ones that have not ended, as long as what they may make HP wait (the

@@ -104,6 +104,12 @@ add_test(NAME runtime-schedule-be-profile
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-schedule.py ${_rt_dir}/be-stats.json
           ${_rt_dir}/cache-be ${_rt_dir}/be-stats-again.json)
 set_tests_properties(runtime-schedule-be-profile PROPERTIES FIXTURES_REQUIRED runtime-be-second)
+add_test(NAME runtime-schedule-max-hold COMMAND RuntimeTests --gtest_filter=ScheduleBe.AHoldEndsAtTheBound)
+set_tests_properties(runtime-schedule-max-hold PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-max-hold;TALLY_PROFILE_CACHE=0;TALLY_MAX_HOLD_US=400000;TALLY_SILENCE_MS=60000;TALLY_STATS=1"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "held 1 times for [0-9.]+ ms in all \\(1 of them ended after 400000 us: --max-hold-us\\)"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-queue COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
 set_tests_properties(runtime-schedule-queue PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-queue;TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1"
