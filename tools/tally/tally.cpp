@@ -434,7 +434,8 @@ int main(int Argc, char **Argv) {
   bool NoBeside = false;
   Run->add_flag("--no-beside", NoBeside,
                 "best-effort: under MPS, every kernel waits for HP to be idle, none runs "
-                "beside HP's (default: an original measured within --turnaround-us, or sliced "
+                "beside HP's (default: an original measured within --turnaround-us (as an MPS "
+                "client of below-normal priority, one wave of it), or sliced "
                 "work whose slices are, starts at once, as does an original whose grid fits "
                 "in --beside-ptb-percent of a wave; PTB launches keep that share of their "
                 "workers)");
