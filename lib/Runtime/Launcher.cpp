@@ -156,10 +156,11 @@ bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextSta
       // Under the scheduler: the next slice is issued only once the last
       // one ended and HP is idle, so an arriving HP kernel waits for one
       // slice at most; under MPS, slices short enough go beside HP.
+      // (An HP arrival during the launch counts once, not once per
+      // slice: launchBe cleared BeOverlapCounted before the first.)
       if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS) {
         C.BeDoneRecorded = true;
         C.BeLastPreemptible = false;
-        C.BeOverlapCounted = false;
       }
       holdWhileHpBusy(C, /*HpMatters=*/!C.SlicesBeside);
     }

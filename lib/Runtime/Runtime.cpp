@@ -702,6 +702,7 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
   // A BE graph or cooperative launch cannot be preempted: like an original
   // without variants, it waits for HP to be idle (in Guarded mode).
   std::lock_guard<std::mutex> BeLock(S.Co.BeMu);
+  Runtime::Impl::beginBeLaunch();
   S.holdWhileHpBusy(*C);
   S.finishMeasurement(); // before BeDone is recorded again behind this launch
   CUresult R = Original();

@@ -505,8 +505,15 @@ struct Runtime::Impl {
   void holdWhileHpBusy(ContextState &C, bool HpMatters = true);
   /// Spins until \p Busy() (BE's own work in the way) is false and, when
   /// \p HpMatters, HP is idle, or the runtime shuts down; counts the holds
-  /// HP caused.
+  /// HP caused. With Config::MaxHoldUs the waits for HP of one BE launch
+  /// (from beginBeLaunch on: its slices' and a fallback's included) end
+  /// after that long in all; from then on holdCut() is true.
   template <typename OwnWork> void holdUntil(OwnWork Busy, bool HpMatters = true);
+  /// A BE launch begins on this thread: its bound on holds starts afresh.
+  static void beginBeLaunch();
+  /// This thread's current BE launch waited for HP as long as MaxHoldUs
+  /// allows: it starts, or goes on, beside HP.
+  static bool holdCut();
   /// Queue budget: forgets the queued launches that ended and returns what
   /// the others may make HP wait (saturating; 0 when none is left).
   /// Queued launches on other streams than \p S count as unknown (a PTB

@@ -132,7 +132,8 @@ void Runtime::Impl::coordinate(ContextState &C) {
       if (BlocksFirst) {
         // An arriving HP kernel waits for the running blocks, not for the
         // queue nor for an original's later waves.
-        Below += ", so an original whose waves are within the target runs beside HP";
+        if (Cfg.Beside)
+          Below += ", so an original whose waves are within the target runs beside HP";
         if (!Cfg.QueueUsGiven) {
           Co.QueueUs.store(Config::MpsQueueUs, std::memory_order_relaxed);
           Co.QueueDefault = true;
@@ -665,18 +666,28 @@ struct HoldingForGuard {
   HoldingForGuard(const HoldingForGuard &) = delete;
   HoldingForGuard &operator=(const HoldingForGuard &) = delete;
 };
+/// This thread's current BE launch: how long its holds for HP have lasted
+/// (MaxHoldUs bounds the sum), and whether the bound was reached.
+thread_local uint64_t LaunchHeldNs = 0;
+thread_local bool LaunchHoldCut = false;
 } // namespace
 
+void Runtime::Impl::beginBeLaunch() {
+  LaunchHeldNs = 0;
+  LaunchHoldCut = false;
+}
+
+bool Runtime::Impl::holdCut() { return LaunchHoldCut; }
+
 /// Holds the calling thread until the previous BE launch has ended and HP
-/// has been idle for the idle window (or, with MaxHoldUs, HP was waited for
-/// that long). Never forever: a dead HP process's activity stops counting
-/// once its heartbeat is stale.
+/// has been idle for the idle window (or, with MaxHoldUs, this launch has
+/// waited for HP that long in all). Never forever: a dead HP process's
+/// activity stops counting once its heartbeat is stale.
 template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpMatters) {
   uint64_t Start = 0;
-  bool Cut = false; // waited MaxHoldUs for HP: from now on only for its own work
   for (unsigned Spin = 0;; ++Spin) {
     bool Wait = Busy();
-    if (!Wait && HpMatters && !Cut) {
+    if (!Wait && HpMatters && !LaunchHoldCut) {
       Policy::Mode Mode;
       Wait = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
       if (Wait && !Start) {
@@ -685,8 +696,9 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
         if (HoldingFor)
           HoldingFor->Holds.fetch_add(1, std::memory_order_relaxed);
       }
-      if (Wait && Cfg.MaxHoldUs && monotonicNs() - Start >= Cfg.MaxHoldUs * 1000) {
-        Cut = true;
+      if (Wait && Cfg.MaxHoldUs &&
+          LaunchHeldNs + (monotonicNs() - Start) >= Cfg.MaxHoldUs * 1000) {
+        LaunchHoldCut = true;
         Wait = false;
         Co.HoldsCut.fetch_add(1, std::memory_order_relaxed);
       }
@@ -702,6 +714,7 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
   }
   if (Start) {
     uint64_t Held = monotonicNs() - Start;
+    LaunchHeldNs += Held;
     Co.HeldNs.fetch_add(Held, std::memory_order_relaxed);
     if (HoldingFor)
       HoldingFor->HeldNs.fetch_add(Held, std::memory_order_relaxed);
@@ -843,6 +856,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
   HoldingForGuard Holding(K);
+  beginBeLaunch();
   // One BE launch at a time, each after HP has been idle for the window;
   // with a queue budget, launches whose wait is known may queue (below);
   // under MPS, short originals need not wait for HP (besideOk).
@@ -899,7 +913,11 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Sh.SMs = C.SMs;
     // The original's footprint, for besideSmall (a cluster's occupancy is
     // another matter: not for those).
-    Sh.OrigPerSM = Beside && !A.OriginalOnly ? workersPerSM(C, A.F, K.IsLibraryKernel, A) : 0;
+    // (With client priority the queue's estimate of an original is one
+    // wave of it: needed then too.)
+    Sh.OrigPerSM = (Beside || Co.Pol->config().BlocksFirst) && !A.OriginalOnly
+                       ? workersPerSM(C, A.F, K.IsLibraryKernel, A)
+                       : 0;
     if (Sh.Blocks == 0 || Sh.Blocks > UINT32_MAX || Sh.Key.Kernel.empty()) {
       F = Form::Original;
     } else {
@@ -944,6 +962,18 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     holdForQueue(C, S, WaitNs, /*HpMatters=*/!Short && !NarrowPtb);
   else // alone (unmeasured, measuring, no budget)
     holdWhileHpBusy(C, /*HpMatters=*/!Short && !NarrowPtb);
+  const bool Cut = holdCut();
+  if (Cut && Decided && (Pick.Measuring || (F == Form::Ptb && !NarrowPtb) || F == Form::Slice)) {
+    // Waited --max-hold-us for HP: it starts beside HP, as the original.
+    // Not as a measurement (its time beside HP says nothing of the form;
+    // the candidate is measured at a later launch made while HP is idle),
+    // nor as a PTB launch that would be stopped at once for HP and wait
+    // again, nor as slices, each of which would wait for HP.
+    if (Pick.Measuring)
+      Co.Measure.Active = false;
+    Pick = Choice{};
+    F = Form::Original;
+  }
   if (Short && observeBusy(nullptr)) {
     Co.BesideLaunches.fetch_add(1, std::memory_order_relaxed);
     if (Small)
@@ -971,6 +1001,9 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   if (T)
     startTiming(*T, K, F, C, S); // after the holds: the launch's own time
   C.SlicesBeside = Short && F == Form::Slice;
+  // From here an HP arrival during this launch counts once (the holds
+  // between its slices included).
+  C.BeOverlapCounted = false;
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
   C.SlicesBeside = false;
@@ -979,10 +1012,10 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   else
     Co.Measure.Active = false;
   C.BeLastPreemptible = F == Form::Ptb;
-  C.BeOverlapCounted = false;
   if (Queue) {
     // A failed launch (some slices may have run) queues nothing behind it.
-    bool Unknown = R != CUDA_SUCCESS || Timed || F == Form::Slice || (Decided && F != Pick.F);
+    bool Unknown =
+        R != CUDA_SUCCESS || Timed || Cut || F == Form::Slice || (Decided && F != Pick.F);
     queueBe(C, S, Unknown ? UINT64_MAX : WaitNs);
     queuedWait(C); // forget what already ended
   }

@@ -375,7 +375,8 @@ void Runtime::Impl::writeStats() {
                "\"hp_host_completions\": %llu, \"hp_completion_writes\": %llu, \"full_speed_launches\": %llu, \"holds\": %llu, "
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
-               "\"queue_us\": %llu, \"queued_launches\": %llu, \"max_hold_us\": %llu, "
+               "\"queue_us\": %llu, \"queue_default\": %s, \"queued_launches\": %llu, "
+               "\"max_hold_us\": %llu, "
                "\"holds_cut\": %llu, "
                "\"beside\": {\"enabled\": %s, \"launches\": %llu, "
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
@@ -398,6 +399,7 @@ void Runtime::Impl::writeStats() {
                Co.HeldNs.load() / 1e6, (unsigned long long)Co.Preemptions.load(),
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
                (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Co.QueueUs.load(),
+               Co.QueueDefault ? "true" : "false",
                (unsigned long long)Co.QueuedLaunches.load(), (unsigned long long)Cfg.MaxHoldUs,
                (unsigned long long)Co.HoldsCut.load(), Co.Mps && Cfg.Beside ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,

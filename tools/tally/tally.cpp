@@ -415,9 +415,11 @@ int main(int Argc, char **Argv) {
       ->check(CLI::Range(1u, 3600000u));
   unsigned QueueUs = 0;
   Run->add_option("--queue-us", QueueUs,
-                  "best-effort: while HP is idle, queue BE launches as long as the estimated "
-                  "time of the queued work (from the profile) stays within this many us, "
-                  "instead of one launch at a time (0). Default: " +
+                  "best-effort: while HP is idle, queue BE launches as long as what the queued "
+                  "launches may make an arriving HP kernel wait (from the profile: a PTB "
+                  "launch's turnaround, an original's time, under MPS client priority one wave "
+                  "of it) stays within this many us in all, instead of one launch at a time "
+                  "(0). Default: " +
                       std::to_string(tally::rt::Config::MpsQueueUs) +
                       " for an MPS client of below-normal priority (the GPU starts HP's blocks "
                       "before BE's queued ones), else 0; without MPS an arriving HP kernel may "

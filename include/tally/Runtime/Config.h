@@ -110,8 +110,9 @@ struct Config {
   uint64_t SilenceMs = 100;
   /// Guarded mode: BE may queue launches while HP is idle as long as the
   /// estimated time of the queued work stays within this (0: one launch at
-  /// a time). Unless given (QueueUsGiven), the runtime sets it when it
-  /// joins: MpsQueueUs for a BE process that is an MPS client of
+  /// a time). As given (QueueUsGiven); otherwise the budget in use, which
+  /// the runtime decides when it joins (Coordination::QueueUs; this field
+  /// stays 0), is MpsQueueUs for a BE process that is an MPS client of
   /// below-normal priority (the GPU then starts HP's waiting blocks before
   /// any of BE's queued ones), else 0.
   uint64_t QueueUs = 0;

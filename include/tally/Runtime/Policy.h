@@ -191,14 +191,15 @@ public:
   /// one wave, as persistent kernels have, waits for all of it.)
   double waitUs(const LaunchShape &S, const Choice &C, uint64_t Ns) const;
   /// How long an arriving HP kernel may have to wait for a launch of \p C
-  /// for \p S queued before it, in ns, from the measurements: an
-  /// original's whole time, a PTB launch's turnaround; a quarter more as a
+  /// for \p S queued before it, in ns, from the measurements (waitUs): an
+  /// original's whole time (with BlocksFirst one wave of it), a PTB
+  /// launch's turnaround; a quarter more as a
   /// margin. 0 when \p C was not measured, and for slices (issued one at a
   /// time anyway): such a launch is not queued behind others.
   uint64_t queuedWaitNs(const LaunchShape &S, const Choice &C) const;
   /// May a launch of \p C for \p S start while HP is busy, beside it (under
-  /// MPS)? A measured original whose wait (queuedWaitNs; with BlocksFirst
-  /// one wave's time) is within the turnaround target, or a measured sliced form whose slice is (its
+  /// MPS)? A measured original whose wait (waitUs, a quarter more; with
+  /// BlocksFirst one wave's time) is within the turnaround target, or a measured sliced form whose slice is (its
   /// slices then go one after the other while HP works, and an arriving HP
   /// kernel waits for one); both with a quarter to spare. Not a PTB launch
   /// (it runs narrow beside HP instead), nor an unmeasured one.

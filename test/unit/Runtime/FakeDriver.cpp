@@ -82,6 +82,7 @@ struct PendingPtb {
 struct FEvent {
   CUstream Stream = nullptr;
   size_t Pending = 0; ///< launches queued before the record
+  int SlowLeft = 0;   ///< queries still "not ready" (fake_slow_events at the record)
 };
 
 struct State {
@@ -574,6 +575,7 @@ FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t 
     }
   return CUDA_SUCCESS;
 }
+static int slowEvents();
 FAKE CUresult cuEventCreate(CUevent *E, unsigned) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   *E = reinterpret_cast<CUevent>(static_cast<uintptr_t>(0x10000 + S().NextEvent++));
@@ -585,7 +587,7 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(E, "event in record");
   checkLive(St, "stream in record");
-  S().Events[E] = {St, S().Pending.size()};
+  S().Events[E] = {St, S().Pending.size(), slowEvents()};
   static const bool LogRecords = std::getenv("FAKE_LOG_RECORDS") != nullptr;
   if (LogRecords) // tests that check consecutive log lines do without
     log("record stream=" + streamName(St));
@@ -604,6 +606,10 @@ FAKE CUresult cuEventQuery(CUevent E) {
   }
   if (holdEvents())
     return CUDA_ERROR_NOT_READY;
+  if (S().Events[E].SlowLeft > 0) {
+    --S().Events[E].SlowLeft;
+    return CUDA_ERROR_NOT_READY; // work that takes a while
+  }
   FEvent Ev = S().Events[E];
   if (holdPtb())
     for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
@@ -733,6 +739,11 @@ FAKE void fake_reject_variants(int On) { RejectVariants = On; }
 static std::atomic<int> HoldEvents{0};
 FAKE void fake_hold_events(int On) { HoldEvents = On; }
 static int holdEvents() { return HoldEvents.load(); }
+/// While N > 0, an event recorded then is "not ready" for its first N
+/// queries: each launch takes a while, and is then seen to end.
+static std::atomic<int> SlowEvents{0};
+FAKE void fake_slow_events(int N) { SlowEvents = N; }
+static int slowEvents() { return SlowEvents.load(); }
 /// While on, PTB launches run until their flag is raised (long kernels):
 /// events behind an open one on its stream are not reached.
 static std::atomic<int> HoldPtb{0};
