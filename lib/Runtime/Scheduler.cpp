@@ -843,6 +843,7 @@ void Runtime::Impl::finishMeasurement() {
 CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
                                  ContextState &C, CUstream S, Form &F, Timing *T) {
   std::lock_guard<std::mutex> BeLock(Co.BeMu);
+  beginBeLaunch(); // this launch's bound on holds (--max-hold-us) starts afresh
   Policy::Mode Mode;
   observeBusy(&Mode);
   if (Mode == Policy::Mode::Free) {
@@ -856,7 +857,6 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
   HoldingForGuard Holding(K);
-  beginBeLaunch();
   // One BE launch at a time, each after HP has been idle for the window;
   // with a queue budget, launches whose wait is known may queue (below);
   // under MPS, short originals need not wait for HP (besideOk).
