@@ -279,7 +279,10 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     observeBusy(nullptr, &Widen);
     std::lock_guard<std::mutex> G(Co.PolMu);
     L->Wide = L->Workers;
-    L->Narrow = Co.Pol->besideWorkers(PerSM, C.SMs, L->Workers);
+    // Not beside an HP process that is no MPS client (time-sliced).
+    L->Narrow = Co.HpOffMps.load(std::memory_order_relaxed)
+                    ? 0
+                    : Co.Pol->besideWorkers(PerSM, C.SMs, L->Workers);
     if (L->Narrow && !Widen)
       L->Workers = L->Narrow;
   }

@@ -299,6 +299,11 @@ struct Coordination {
   /// set when the process joins; whether it is that default.
   std::atomic<uint64_t> QueueUs{0};
   bool QueueDefault = false;
+  /// BE: a live HP process says it is not an MPS client (seg::FlagNoMps):
+  /// nothing runs beside HP, and the queue's default is off, while it is.
+  std::atomic<bool> HpOffMps{false};
+  /// BE: such a process was seen (warned once; statistics).
+  std::atomic<bool> HpOffMpsSeen{false};
   /// BE launches started while HP was busy because they are short (MPS);
   /// short launches so far (every 16th is timed); shapes that ran long.
   std::atomic<uint64_t> BesideLaunches{0};

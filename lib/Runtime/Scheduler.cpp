@@ -111,6 +111,10 @@ void Runtime::Impl::coordinate(ContextState &C) {
                  D.cuDeviceGetAttribute(&MpsOn, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, C.Dev) ==
                      CUDA_SUCCESS;
     Co.Mps = Asked ? MpsOn != 0 : mpsRunning();
+    // An HP process that the driver says is no MPS client tells the BE
+    // processes, whose MPS rules assume HP shares the GPU with them.
+    if (Cfg.Prio == Priority::High && Asked && !Co.Mps)
+      Co.Seg->setFlags(seg::FlagNoMps);
     // CUDA_MPS_CLIENT_PRIORITY: 0 normal (the default), 1 below normal.
     // Only where the driver says this context is a client (not from the
     // daemon's pipe alone): the GPU then starts HP's waiting blocks before
@@ -331,6 +335,13 @@ void Runtime::Impl::stopCoordination() {
 
 HpObservation Runtime::Impl::observeHp(uint64_t Now) {
   HpView V = Co.Seg->hpView(Now);
+  const bool OffMps = V.HpWithoutMps > 0;
+  Co.HpOffMps.store(OffMps, std::memory_order_relaxed);
+  if (OffMps && Co.Mps && !Co.HpOffMpsSeen.exchange(true, std::memory_order_relaxed))
+    logf(LogLevel::Warn, "an HP process is not an MPS client (started before the MPS daemon, or "
+                         "with another pipe folder?): its kernels and this process's are "
+                         "time-sliced, so none of this process's runs beside HP's while it is "
+                         "there (start both under 'tally mps start')");
   HpObservation O;
   O.HpProcesses = V.HpProcesses;
   O.Active = V.Active;
@@ -860,7 +871,11 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   // One BE launch at a time, each after HP has been idle for the window;
   // with a queue budget, launches whose wait is known may queue (below);
   // under MPS, short originals need not wait for HP (besideOk).
-  const bool Queue = Co.QueueUs.load(std::memory_order_relaxed) && !C.BeQueueBroken;
+  // (The default budget counts on HP's blocks going first: not while an
+  // HP process is time-sliced against this one.)
+  const bool OffMps = Co.HpOffMps.load(std::memory_order_relaxed);
+  const bool Queue = Co.QueueUs.load(std::memory_order_relaxed) && !C.BeQueueBroken &&
+                     !(Co.QueueDefault && OffMps);
   if (Co.Measure.Active)
     holdWhileHpBusy(C, /*HpMatters=*/false); // the measured launch must end first
   finishMeasurement();
@@ -881,7 +896,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   Choice Pick;
   bool Decided = false;
   LaunchShape Sh;
-  const bool Beside = Co.Mps && Cfg.Beside;
+  const bool Beside = Co.Mps && Cfg.Beside && !OffMps;
   // A launch only the original can make (a cluster, a cooperative launch:
   // cuBLAS's and cuDNN's Hopper kernels come so) is one of a kernel
   // without variants.
@@ -915,7 +930,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     // another matter: not for those).
     // (With client priority the queue's estimate of an original is one
     // wave of it: needed then too.)
-    Sh.OrigPerSM = (Beside || Co.Pol->config().BlocksFirst) && !A.OriginalOnly
+    Sh.OrigPerSM = (Beside || (Co.Pol->config().BlocksFirst && !OffMps)) && !A.OriginalOnly
                        ? workersPerSM(C, A.F, K.IsLibraryKernel, A)
                        : 0;
     if (Sh.Blocks == 0 || Sh.Blocks > UINT32_MAX || Sh.Key.Kernel.empty()) {
@@ -944,7 +959,8 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   // A PTB launch runs beside HP with part of its workers (launchPtb) rather
   // than waiting for HP to be idle.
   const bool NarrowPtb = Decided && Pick.F == Form::Ptb && !Pick.Measuring &&
-                         Co.Pol->config().BesidePtbPercent > 0; // the config never changes
+                         Co.Pol->config().BesidePtbPercent > 0 && // the config never changes
+                         !OffMps;
   // Every 16th short launch is timed (the next one made while HP is idle):
   // a kernel whose time depends on its arguments, not only on its shape,
   // loses the right to run beside HP.

@@ -78,7 +78,7 @@ struct RawSlot {
   A32 State;
   A32 Priority;
   A32 Pid;
-  A32 Pad;
+  A32 Flags;
   A64 StartTime;
   A64 Token;
   A64 HeartbeatNs;
@@ -214,6 +214,8 @@ HpView viewOf(const unsigned char *Base, size_t Size, uint64_t NowNs,
     if (Started > Finished)
       V.Active = true;
     V.Arrivals += Started;
+    if (S.Flags.load(std::memory_order_relaxed) & seg::FlagNoMps)
+      ++V.HpWithoutMps;
     V.LastLaunchNs = std::max(V.LastLaunchNs,
                               S.LastLaunchNs.load(std::memory_order_relaxed));
   }
@@ -246,7 +248,7 @@ private:
 void zeroFields(RawSlot &S) {
   S.Priority.store(0, std::memory_order_relaxed);
   S.Pid.store(0, std::memory_order_relaxed);
-  S.Pad.store(0, std::memory_order_relaxed);
+  S.Flags.store(0, std::memory_order_relaxed);
   S.StartTime.store(0, std::memory_order_relaxed);
   S.Token.store(0, std::memory_order_relaxed);
   S.HeartbeatNs.store(0, std::memory_order_relaxed);
@@ -603,7 +605,7 @@ int Segment::claim(SegPriority P, uint64_t NowNs, int Preferred,
     S.HeartbeatNs.store(NowNs, std::memory_order_relaxed);
     S.Token.store(T, std::memory_order_relaxed);
     S.Pid.store(Pid, std::memory_order_relaxed);
-    S.Pad.store(0, std::memory_order_relaxed);
+    S.Flags.store(OwnFlags.load(std::memory_order_relaxed), std::memory_order_relaxed);
     S.StartTime.store(Start, std::memory_order_relaxed);
     S.Priority.store(uint32_t(P), std::memory_order_relaxed);
     S.Started.store(SeqBase, std::memory_order_relaxed);
@@ -804,6 +806,17 @@ void Segment::addPreemption() {
   if (S.Token.load(std::memory_order_relaxed) ==
       Token.load(std::memory_order_acquire))
     S.Preemptions.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Segment::setFlags(uint32_t F) {
+  std::lock_guard<std::mutex> G(Mutex);
+  OwnFlags.store(F, std::memory_order_relaxed);
+  int I = Slot.load(std::memory_order_acquire);
+  if (I < 0)
+    return; // written by the next claim
+  RawSlot &S = slotOf(Base, unsigned(I));
+  if (S.Token.load(std::memory_order_relaxed) == Token.load(std::memory_order_acquire))
+    S.Flags.store(F, std::memory_order_relaxed);
 }
 
 HpView Segment::hpView(uint64_t NowNs) const {

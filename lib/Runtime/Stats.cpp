@@ -297,6 +297,9 @@ void Runtime::Impl::writeStats() {
                  (unsigned long long)Co.QueueUs.load(),
                  Co.QueueDefault ? " (the default of a below-normal-priority MPS client)" : "",
                  (unsigned long long)Co.QueuedLaunches.load());
+  if (Co.Usable && Cfg.Prio != Priority::High && Co.HpOffMpsSeen.load())
+    std::fprintf(E, "tally: an HP process that is no MPS client was seen: while it was there, "
+                    "nothing ran beside HP and the queue's default was off\n");
   if (Co.Usable && Cfg.Prio != Priority::High && (Co.Mps || Co.BesideLaunches.load()))
     std::fprintf(E,
                  "tally: beside HP (MPS): %llu short launches started while HP was busy (%llu "
@@ -378,7 +381,7 @@ void Runtime::Impl::writeStats() {
                "\"queue_us\": %llu, \"queue_default\": %s, \"queued_launches\": %llu, "
                "\"max_hold_us\": %llu, "
                "\"holds_cut\": %llu, "
-               "\"beside\": {\"enabled\": %s, \"launches\": %llu, "
+               "\"beside\": {\"enabled\": %s, \"hp_without_mps_seen\": %s, \"launches\": %llu, "
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
                "\"small_launches\": %llu, \"checks\": %llu, \"checks_over\": %llu, "
                "\"timed_too_long\": %llu, \"ptb_percent\": %u, \"ptb_narrow_launches\": %llu, "
@@ -402,6 +405,7 @@ void Runtime::Impl::writeStats() {
                Co.QueueDefault ? "true" : "false",
                (unsigned long long)Co.QueuedLaunches.load(), (unsigned long long)Cfg.MaxHoldUs,
                (unsigned long long)Co.HoldsCut.load(), Co.Mps && Cfg.Beside ? "true" : "false",
+               Co.HpOffMpsSeen.load() ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
                (unsigned long long)Co.BesideSmall.load(),
                (unsigned long long)Co.BesideChecks.load(), (unsigned long long)ChecksOver,

@@ -33,7 +33,9 @@
 //        0     4  State: 0 free, 1 claiming (or being freed), 2 live
 //        4     4  Priority: 0 high, 1 best effort (SegPriority)
 //        8     4  Pid
-//       12     4  pad
+//       12     4  Flags: bit 0 (FlagNoMps) an HP process whose context the
+//                  driver says is not an MPS client; other bits 0 (ignored
+//                  by readers; before 2026-11-25 always 0)
 //       16     8  StartTime: field 22 of /proc/<pid>/stat, 0 if unknown
 //       24     8  Token: random, non-zero, names the owner
 //       32     8  HeartbeatNs: CLOCK_MONOTONIC of the owner's last heartbeat
@@ -93,6 +95,9 @@ struct HpView {
   uint64_t Arrivals = 0;
   /// The latest LastLaunchNs over live HP slots (0 when none).
   uint64_t LastLaunchNs = 0;
+  /// Live HP slots with FlagNoMps: processes that are not MPS clients, so
+  /// that BE kernels beside theirs are time-sliced against them.
+  unsigned HpWithoutMps = 0;
 };
 
 /// One slot as read (for `tally status`-like listings and tests). The fields
@@ -114,6 +119,8 @@ inline constexpr uint32_t SlotBytes = 128;
 inline constexpr uint64_t TotalBytes =
     uint64_t(HeaderBytes) + uint64_t(SlotCount) * SlotBytes;
 inline constexpr uint32_t StateFree = 0, StateClaiming = 1, StateLive = 2;
+/// Slot flags.
+inline constexpr uint32_t FlagNoMps = 1;
 /// A heartbeat further in the future than this is invalid.
 inline constexpr uint64_t FutureSlackNs = 1'000'000'000;
 } // namespace seg
@@ -177,6 +184,8 @@ public:
   size_t mappingBytes() const;
   /// BE: counts a preemption in this process's slot (informational).
   void addPreemption();
+  /// This process's slot flags (seg::FlagNoMps), kept across a re-join.
+  void setFlags(uint32_t F);
 
   // BE side.
 
@@ -204,6 +213,8 @@ private:
   /// The process that joined; a forked child must not use the parent's slot.
   uint32_t OwnerPid = 0;
   SegPriority Prio = SegPriority::BestEffort;
+  /// setFlags's value, written into every slot this process claims.
+  std::atomic<uint32_t> OwnFlags{0};
   /// The slot held and its token: read without the mutex by the HP path,
   /// changed under it (Token before Slot on a claim, Slot first on a leave).
   std::atomic<int> Slot{-1};

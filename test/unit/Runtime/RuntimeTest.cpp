@@ -867,6 +867,8 @@ TEST(ScheduleBe, QueueBudget) {
   ASSERT_GE(Fit, 0);
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
+  if (env("TEST_HP_NO_MPS") == "1")
+    Hp->setFlags(tally::rt::seg::FlagNoMps); // HP says it is no MPS client
   Module M("be_queue");
   {
     // The BE process joins at its first launch; then an HP request comes
@@ -992,6 +994,8 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
   LaunchFn Launch = Cluster ? launchCluster : launchDirect;
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
+  if (env("TEST_HP_NO_MPS") == "1")
+    Hp->setFlags(tally::rt::seg::FlagNoMps); // HP says it is no MPS client
   // With a cluster, a kernel with variants: the attribute alone makes it
   // a launch of the original.
   Module Plain("be_beside_plain", false, "", /*WithVariants=*/Cluster);
@@ -1375,6 +1379,9 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
   EXPECT_EQ(V.HpProcesses, 1u);
   EXPECT_EQ(V.Arrivals, 3u);
   EXPECT_FALSE(V.Active);
+  // The driver said this context is no MPS client (FAKE_MPS=0; with
+  // FAKE_MPS=1 it is one): the slot says so to the BE processes.
+  EXPECT_EQ(V.HpWithoutMps, env("FAKE_MPS") == "1" ? 0u : 1u);
 }
 
 // A launch call that stalls in the driver is counted as a slow HP call,

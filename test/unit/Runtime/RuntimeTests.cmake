@@ -130,6 +130,10 @@ tally_queue_mps_test(default 1 6 ""
   "FAILED|DEAD")
 tally_queue_mps_test(normal 0 0 "" "PASSED" "FAILED|DEAD|queue budget")
 tally_queue_mps_test(given0 1 0 ";TALLY_QUEUE_US=0" "PASSED" "FAILED|DEAD|queue budget")
+# An HP process that says it is no MPS client (time-sliced against BE): the
+# default budget is not used while it is there.
+tally_queue_mps_test(hp-no-mps 1 0 ";TEST_HP_NO_MPS=1" "an HP process is not an MPS client"
+  "FAILED|DEAD|[1-9][0-9]* launches queued")
 # Short kernels beside HP under MPS (the fake answers the MPS attribute with
 # FAKE_MPS and times every measured launch at FAKE_ELAPSED_US), and three
 # cases where they must be held: beside turned off, no MPS, too long; the
@@ -158,6 +162,12 @@ foreach(_case "beside;1;10;1;1;plain;0" "beside-off;1;10;0;0;plain;0" "beside-no
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect};TEST_LAUNCH=${_launch};CUDA_MPS_CLIENT_PRIORITY=${_prio}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
+# The same short kernel, an HP process that says it is no MPS client: held.
+add_test(NAME runtime-schedule-beside-hp-no-mps
+  COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortKernelsRunBesideHp)
+set_tests_properties(runtime-schedule-beside-hp-no-mps PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-hp-no-mps;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=10;TALLY_BESIDE=1;TEST_EXPECT_BESIDE=0;TEST_LAUNCH=plain;TEST_HP_NO_MPS=1"
+  TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process is not an MPS client" FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-beside-revoked
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideKernelThatRunsLongIsHeldAgain)
 set_tests_properties(runtime-schedule-beside-revoked PROPERTIES
@@ -229,6 +239,11 @@ add_test(NAME runtime-schedule-hp COMMAND RuntimeTests --gtest_filter=ScheduleHp
 set_tests_properties(runtime-schedule-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_STATS_TURNAROUND=1;TALLY_HP_COMPLETION=side"
   PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 3 launches"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+# The same as an MPS client (the driver says so): no flag in its slot.
+add_test(NAME runtime-schedule-hp-mps COMMAND RuntimeTests --gtest_filter=ScheduleHp.LaunchesAreAnnounced)
+set_tests_properties(runtime-schedule-hp-mps PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-mps;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=side;FAKE_MPS=1"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-slow COMMAND RuntimeTests --gtest_filter=ScheduleHpSlow.*)
 set_tests_properties(runtime-schedule-hp-slow PROPERTIES

@@ -724,6 +724,39 @@ TEST_F(SegmentTest, RejoinsAfterItsSlotWasWiped) {
   EXPECT_FALSE(Rejoined);
 }
 
+// An HP process that is no MPS client says so in its slot (set before or
+// after joining, kept across a re-join); BE processes count such slots;
+// a BE slot's flags, and unknown bits, count for nothing.
+TEST_F(SegmentTest, FlagsOfHpProcessesWithoutMps) {
+  std::unique_ptr<Segment> A = openOK(), B = openOK(), Be = openOK();
+  ASSERT_TRUE(A && B && Be);
+  std::string Error;
+  A->setFlags(seg::FlagNoMps); // before joining: written by the claim
+  ASSERT_TRUE(A->join(SegPriority::High, T0, Error)) << Error;
+  ASSERT_TRUE(B->join(SegPriority::High, T0, Error)) << Error;
+  ASSERT_TRUE(Be->join(SegPriority::BestEffort, T0, Error)) << Error;
+  EXPECT_EQ(Be->hpView(T0).HpProcesses, 2u);
+  EXPECT_EQ(Be->hpView(T0).HpWithoutMps, 1u);
+  B->setFlags(seg::FlagNoMps); // after joining: into the slot at once
+  EXPECT_EQ(Be->hpView(T0).HpWithoutMps, 2u);
+  B->setFlags(0);
+  EXPECT_EQ(Be->hpView(T0).HpWithoutMps, 1u);
+  Be->setFlags(seg::FlagNoMps | 6); // a BE slot's flags are not HP's
+  writeAt<uint32_t>(slotOff(unsigned(slotOf(*B))) + 12, 6); // unknown bits
+  EXPECT_EQ(Be->hpView(T0).HpWithoutMps, 1u);
+  // Wiped: the re-join writes the flag again.
+  int ASlot = slotOf(*A);
+  for (off_t Off = 0; Off < seg::SlotBytes; Off += 8)
+    writeAt<uint64_t>(slotOff(unsigned(ASlot)) + Off, 0);
+  EXPECT_EQ(Be->hpView(T0).HpWithoutMps, 0u);
+  bool Rejoined = false;
+  ASSERT_TRUE(A->heartbeat(T0 + 1, Rejoined));
+  EXPECT_TRUE(Rejoined);
+  EXPECT_EQ(Be->hpView(T0 + 1).HpWithoutMps, 1u);
+  // Gone stale: no longer counted.
+  EXPECT_EQ(Be->hpView(T0 + 1 + 2 * Opts.StaleNs).HpWithoutMps, 0u);
+}
+
 TEST_F(SegmentTest, ConcurrentLaunchesHeartbeatsAndReaders) {
   // About consistency, not timing: a loaded machine may starve the
   // heartbeat thread for longer than the default 50 ms.
