@@ -85,6 +85,7 @@ HpView modelView(const uint8_t *B, size_t Size, uint64_t Now) {
     V.Active |= Started > Finished;
     V.Arrivals += Started;
     V.LastLaunchNs = std::max(V.LastLaunchNs, readAt<uint64_t>(B, S + 56));
+    V.HpWithoutMps += (readAt<uint32_t>(B, S + 12) & seg::FlagNoMps) != 0;
   }
   return V;
 }
@@ -92,7 +93,7 @@ HpView modelView(const uint8_t *B, size_t Size, uint64_t Now) {
 bool same(const HpView &A, const HpView &B) {
   return A.HpProcesses == B.HpProcesses && A.BeProcesses == B.BeProcesses &&
          A.Active == B.Active && A.Arrivals == B.Arrivals &&
-         A.LastLaunchNs == B.LastLaunchNs;
+         A.LastLaunchNs == B.LastLaunchNs && A.HpWithoutMps == B.HpWithoutMps;
 }
 
 /// A clock near the first live-looking heartbeat, so that some slots are
@@ -132,6 +133,7 @@ void checkImage(const uint8_t *Data, size_t Size) {
   uint64_t Now = pickNow(Buf.get(), Size);
   HpView V = hpViewOfImage(Buf.get(), Size, Now, StaleNs);
   check(V.HpProcesses + V.BeProcesses <= seg::SlotCount);
+  check(V.HpWithoutMps <= V.HpProcesses);
   check(V.HpProcesses || (!V.Active && V.Arrivals == 0 && V.LastLaunchNs == 0));
   check(same(V, modelView(Buf.get(), Size, Now)));
   check(same(V, hpViewOfImage(Odd.get() + 1, Size, Now, StaleNs)));

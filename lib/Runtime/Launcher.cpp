@@ -162,7 +162,13 @@ bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextSta
         C.BeDoneRecorded = true;
         C.BeLastPreemptible = false;
       }
-      holdWhileHpBusy(C, /*HpMatters=*/!C.SlicesBeside);
+      bool Beside = C.SlicesBeside;
+      if (Beside) {
+        // Beside HP only while every HP process is an MPS client.
+        observeBusy(nullptr);
+        Beside = !Co.HpOffMps.load(std::memory_order_relaxed);
+      }
+      holdWhileHpBusy(C, /*HpMatters=*/!Beside);
     }
     if (!buildParams(K, *K.Slice, A, static_cast<uint32_t>(Off), 0, 1, Buf, Bytes)) {
       if (Off == 0)

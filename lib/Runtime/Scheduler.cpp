@@ -97,12 +97,6 @@ void Runtime::Impl::coordinate(ContextState &C) {
       logf(LogLevel::Warn, "no scheduling across processes: %s", Error.c_str());
       return;
     }
-    SegPriority P = Cfg.Prio == Priority::High ? SegPriority::High : SegPriority::BestEffort;
-    if (!Co.Seg->join(P, monotonicNs(), Error)) {
-      logf(LogLevel::Warn, "no scheduling across processes: %s", Error.c_str());
-      Co.Seg.reset();
-      return;
-    }
     // The driver says whether this context is an MPS client (CUDA 12.4
     // and later); an older driver, only whether a control daemon's pipe is
     // there.
@@ -112,9 +106,17 @@ void Runtime::Impl::coordinate(ContextState &C) {
                      CUDA_SUCCESS;
     Co.Mps = Asked ? MpsOn != 0 : mpsRunning();
     // An HP process that the driver says is no MPS client tells the BE
-    // processes, whose MPS rules assume HP shares the GPU with them.
+    // processes, whose MPS rules assume HP shares the GPU with them (set
+    // before joining: the claim writes it, so no BE process sees the slot
+    // without it).
     if (Cfg.Prio == Priority::High && Asked && !Co.Mps)
       Co.Seg->setFlags(seg::FlagNoMps);
+    SegPriority P = Cfg.Prio == Priority::High ? SegPriority::High : SegPriority::BestEffort;
+    if (!Co.Seg->join(P, monotonicNs(), Error)) {
+      logf(LogLevel::Warn, "no scheduling across processes: %s", Error.c_str());
+      Co.Seg.reset();
+      return;
+    }
     // CUDA_MPS_CLIENT_PRIORITY: 0 normal (the default), 1 below normal.
     // Only where the driver says this context is a client (not from the
     // daemon's pipe alone): the GPU then starts HP's waiting blocks before
@@ -339,7 +341,7 @@ HpObservation Runtime::Impl::observeHp(uint64_t Now) {
   Co.HpOffMps.store(OffMps, std::memory_order_relaxed);
   if (OffMps && Co.Mps && !Co.HpOffMpsSeen.exchange(true, std::memory_order_relaxed))
     logf(LogLevel::Warn, "an HP process is not an MPS client (started before the MPS daemon, or "
-                         "with another pipe folder?): its kernels and this process's are "
+                         "with a pipe folder where none runs?): its kernels and this process's are "
                          "time-sliced, so none of this process's runs beside HP's while it is "
                          "there (start both under 'tally mps start')");
   HpObservation O;
@@ -871,14 +873,17 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   // One BE launch at a time, each after HP has been idle for the window;
   // with a queue budget, launches whose wait is known may queue (below);
   // under MPS, short originals need not wait for HP (besideOk).
+  const bool Waited = Co.Measure.Active;
+  if (Waited)
+    holdWhileHpBusy(C, /*HpMatters=*/false); // the measured launch must end first
+  finishMeasurement();
+  if (Waited)
+    observeBusy(nullptr); // a fresh look after that wait (HpOffMps)
   // (The default budget counts on HP's blocks going first: not while an
   // HP process is time-sliced against this one.)
   const bool OffMps = Co.HpOffMps.load(std::memory_order_relaxed);
   const bool Queue = Co.QueueUs.load(std::memory_order_relaxed) && !C.BeQueueBroken &&
                      !(Co.QueueDefault && OffMps);
-  if (Co.Measure.Active)
-    holdWhileHpBusy(C, /*HpMatters=*/false); // the measured launch must end first
-  finishMeasurement();
   if (!C.BeStart || !C.BeDone) {
     RelaxedCaptureGuard Relax(D);
     if (!C.BeStart && D.cuEventCreate(&C.BeStart, CU_EVENT_DEFAULT) != CUDA_SUCCESS)
@@ -1066,7 +1071,10 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       CUresult Q = D.cuEventQuery(L.End);
       if (Q != CUDA_ERROR_NOT_READY)
         return; // ended with every block done (or the context is gone)
-      const bool Narrowed = L.Narrow && L.Workers <= L.Narrow;
+      // Narrow beside HP only while every HP process is an MPS client (as
+      // of the last look; one that is not makes a narrow launch leave).
+      const bool Narrowed =
+          L.Narrow && L.Workers <= L.Narrow && !Co.HpOffMps.load(std::memory_order_relaxed);
       bool Widen = false;
       bool Busy = observeBusy(nullptr, Narrowed ? &Widen : nullptr);
       Widening = Narrowed && Widen && L.Workers < L.Wide;
@@ -1096,31 +1104,41 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       return;
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
-    if (Widening && observeBusy(nullptr)) {
-      // HP came back while the workers left: narrow again (not a
-      // preemption for HP's sake either).
-    } else if (Widening) {
-      // HP is quiet: every worker back (not a preemption for HP's sake).
-      L.Workers = L.Wide;
-      Co.Widened.fetch_add(1, std::memory_order_relaxed);
+    // Resume once HP has been idle for the window (at exit: at once).
+    auto WaitForIdle = [&] {
+      for (unsigned Spin = 0; observeBusy(nullptr) && !Shut.load(std::memory_order_relaxed);
+           ++Spin) {
+        if (Spin < 2000)
+          cpuRelax();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(10));
+      }
+    };
+    if (Widening) {
+      // Not a preemption for HP's sake.
+      if (!observeBusy(nullptr)) {
+        // HP is quiet: every worker back.
+        L.Workers = L.Wide;
+        Co.Widened.fetch_add(1, std::memory_order_relaxed);
+      } else if (Co.HpOffMps.load(std::memory_order_relaxed)) {
+        // HP came back, time-sliced against this process: not beside it.
+        WaitForIdle();
+        L.Workers = L.Wide;
+      }
+      // Else HP came back while the workers left: narrow again.
     } else {
       L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
       Co.Preemptions.fetch_add(1, std::memory_order_relaxed);
       Co.Seg->addPreemption();
       PreemptLatencyUs.push_back(LatencyUs);
-      if (L.Narrow) {
+      if (L.Narrow && !Co.HpOffMps.load(std::memory_order_relaxed)) {
         // Under MPS: back at once beside HP, with part of the workers.
         L.Workers = L.Narrow;
         Co.Narrowed.fetch_add(1, std::memory_order_relaxed);
       } else {
-        // Resume once HP has been idle for the window (at exit: at once).
-        for (unsigned Spin = 0; observeBusy(nullptr) && !Shut.load(std::memory_order_relaxed);
-             ++Spin) {
-          if (Spin < 2000)
-            cpuRelax();
-          else
-            std::this_thread::sleep_for(std::chrono::microseconds(10));
-        }
+        WaitForIdle();
+        if (L.Narrow)
+          L.Workers = L.Wide; // (an HP process that is no MPS client came)
       }
     }
     if (!resumeOrRelease(L, Done, /*Resumption=*/!Widening))

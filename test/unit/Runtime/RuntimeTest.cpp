@@ -994,13 +994,13 @@ TEST(ScheduleBe, ShortKernelsRunBesideHp) {
   LaunchFn Launch = Cluster ? launchCluster : launchDirect;
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
-  if (env("TEST_HP_NO_MPS") == "1")
-    Hp->setFlags(tally::rt::seg::FlagNoMps); // HP says it is no MPS client
   // With a cluster, a kernel with variants: the attribute alone makes it
   // a launch of the original.
   Module Plain("be_beside_plain", false, "", /*WithVariants=*/Cluster);
   Module V("be_beside_ptb");
   measureWhileHpIdle(*Hp, Plain.K, Launch);
+  if (env("TEST_HP_NO_MPS") == "1")
+    Hp->setFlags(tally::rt::seg::FlagNoMps); // HP says (from now) it is no MPS client
   fake_log_clear();
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
   std::vector<int> Out(40);
@@ -1255,10 +1255,39 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   // Preemption flags go on a stream of the greatest priority.
   EXPECT_EQ(fake_log_count("streamcreate", "priority=-5"), 1u);
   size_t Narrow = Launches("grid=4x1x1"); // the half-wave candidate's measurements
+  const bool HpNoMps = env("TEST_HP_NO_MPS") == "1";
+  if (HpNoMps)
+    Hp->setFlags(tally::rt::seg::FlagNoMps); // HP says it is no MPS client
   if (std::strcmp(Expect, "1")) {
     uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
     expectHeldUntilHpIdle(*Hp, Seq, M.K, "a PTB launch went while HP worked");
     EXPECT_EQ(Launches("grid=4x1x1"), Narrow);
+    if (!HpNoMps)
+      return;
+    // A launch started wide while HP was quiet and every HP process an MPS
+    // client; then one that is not arrives: the launch is stopped, not
+    // narrowed, and resumed wide once HP is idle.
+    Hp->setFlags(0);
+    beAlive(*Hp, 250); // past the widen window
+    fake_hold_ptb(1);
+    size_t Wide = Launches("grid=8x1x1");
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    EXPECT_EQ(Launches("grid=8x1x1"), Wide + 1) << "not wide while HP was quiet";
+    Hp->setFlags(tally::rt::seg::FlagNoMps);
+    size_t Flags = Raised();
+    Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+    EXPECT_TRUE(aliveUntil(*Hp, [&] { return Raised() > Flags; })) << "not stopped for HP";
+    beAlive(*Hp, 100);
+    EXPECT_EQ(Launches("grid=4x1x1"), Narrow)
+        << "narrowed beside an HP process that is no MPS client";
+    EXPECT_EQ(Launches("grid=8x1x1"), Wide + 1) << "resumed while HP worked";
+    Hp->hpFinished(Seq);
+    EXPECT_TRUE(aliveUntil(*Hp, [&] { return Launches("grid=8x1x1") > Wide + 1; }))
+        << "not resumed wide once HP was idle";
+    fake_hold_ptb(0);
+    fake_sync();
+    expectEachBlockOnce(Out);
     return;
   }
   fake_hold_ptb(1); // PTB launches run until stopped
@@ -1380,8 +1409,9 @@ TEST(ScheduleHp, LaunchesAreAnnounced) {
   EXPECT_EQ(V.Arrivals, 3u);
   EXPECT_FALSE(V.Active);
   // The driver said this context is no MPS client (FAKE_MPS=0; with
-  // FAKE_MPS=1 it is one): the slot says so to the BE processes.
-  EXPECT_EQ(V.HpWithoutMps, env("FAKE_MPS") == "1" ? 0u : 1u);
+  // FAKE_MPS=1 it is one, unset it cannot tell): the slot says so to the
+  // BE processes.
+  EXPECT_EQ(V.HpWithoutMps, env("FAKE_MPS") == "0" ? 1u : 0u);
 }
 
 // A launch call that stalls in the driver is counted as a slow HP call,

@@ -166,7 +166,7 @@ endforeach()
 add_test(NAME runtime-schedule-beside-hp-no-mps
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortKernelsRunBesideHp)
 set_tests_properties(runtime-schedule-beside-hp-no-mps PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-hp-no-mps;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=10;TALLY_BESIDE=1;TEST_EXPECT_BESIDE=0;TEST_LAUNCH=plain;TEST_HP_NO_MPS=1"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-hp-no-mps;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=10;TALLY_BESIDE=1;TEST_EXPECT_BESIDE=0;TEST_LAUNCH=plain;TEST_HP_NO_MPS=1;CUDA_MPS_CLIENT_PRIORITY=0"
   TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process is not an MPS client" FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-beside-revoked
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideKernelThatRunsLongIsHeldAgain)
@@ -217,6 +217,13 @@ foreach(_case "narrow;1;50;1" "narrow-off;1;0;0" "narrow-no-mps;0;50;0")
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=100;TALLY_WIDEN_US=200000;TALLY_BESIDE_PTB_PERCENT=${_pct};TEST_EXPECT_NARROW=${_expect}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
+# An HP process that says it is no MPS client: PTB launches leave for it
+# and wait (a wide one is stopped, not narrowed, and resumed wide).
+add_test(NAME runtime-schedule-narrow-hp-no-mps
+  COMMAND RuntimeTests --gtest_filter=ScheduleBe.PtbLaunchesRunNarrowBesideHp)
+set_tests_properties(runtime-schedule-narrow-hp-no-mps PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-narrow-hp-no-mps;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_WIDEN_US=200000;TALLY_BESIDE_PTB_PERCENT=50;TEST_EXPECT_NARROW=0;TEST_HP_NO_MPS=1"
+  TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process that is no MPS client was seen" FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 set_tests_properties(runtime-schedule-narrow PROPERTIES
   PASS_REGULAR_EXPRESSION "PTB beside HP \\(50 % of a wave of workers\\): [1-9][0-9]* launches started narrow, [1-9][0-9]* narrowed for HP \\(counted as preemptions above\\), [1-9][0-9]* widened after 200000 us of quiet")
 
