@@ -124,6 +124,14 @@ void Runtime::Impl::coordinate(ContextState &C) {
     const char *ClientPrio = std::getenv("CUDA_MPS_CLIENT_PRIORITY");
     const bool Low = ClientPrio && !std::strcmp(ClientPrio, "1");
     const bool BlocksFirst = Co.Mps && Asked && Low && Cfg.Prio != Priority::High;
+    // The queue budget in use: as given, else the default of such a client
+    // (an arriving HP kernel waits for the running blocks, not the queue).
+    if (Cfg.QueueUsGiven && Cfg.Prio != Priority::High) {
+      Co.QueueUs.store(Cfg.QueueUs, std::memory_order_relaxed);
+    } else if (BlocksFirst) {
+      Co.QueueUs.store(Config::MpsQueueUs, std::memory_order_relaxed);
+      Co.QueueDefault = true;
+    }
     if (Co.Mps) {
       std::string Beside;
       if (Cfg.Prio != Priority::High && Cfg.Beside) {
@@ -135,18 +143,13 @@ void Runtime::Impl::coordinate(ContextState &C) {
       std::string Below;
       if (Low)
         Below = "; this process is an MPS client of below-normal priority";
-      if (BlocksFirst) {
-        // An arriving HP kernel waits for the running blocks, not for the
-        // queue nor for an original's later waves.
-        if (Cfg.Beside)
-          Below += ", so an original whose waves are within the target runs beside HP";
-        if (!Cfg.QueueUsGiven) {
-          Co.QueueUs.store(Config::MpsQueueUs, std::memory_order_relaxed);
-          Co.QueueDefault = true;
-          Below += ", and launches queue within " + std::to_string(Config::MpsQueueUs) +
-                   " us while HP is idle (--queue-us)";
-        }
-      }
+      // An arriving HP kernel waits for the running blocks, not for an
+      // original's later waves.
+      if (BlocksFirst && Cfg.Beside)
+        Below += ", so an original whose waves are within the target runs beside HP";
+      if (Co.QueueDefault)
+        Below += ", and launches queue within " + std::to_string(Config::MpsQueueUs) +
+                 " us while HP is idle (--queue-us)";
       logf(LogLevel::Info, "MPS is %s: HP and BE kernels share the GPU side by side; an "
                            "arriving HP kernel waits for the running BE blocks to leave%s%s",
            Asked ? "on for this context" : "running (its control pipe is there)",
@@ -179,8 +182,6 @@ void Runtime::Impl::coordinate(ContextState &C) {
              Co.Seg->path().c_str());
       }
     } else {
-      if (Cfg.QueueUsGiven)
-        Co.QueueUs.store(Cfg.QueueUs, std::memory_order_relaxed);
       PolicyConfig PC;
       PC.TurnaroundUs = Cfg.TurnaroundUs;
       PC.IdleWindowNs = Cfg.IdleUs * 1000;

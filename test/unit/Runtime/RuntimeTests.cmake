@@ -142,13 +142,14 @@ tally_queue_mps_test(hp-no-mps 1 0 ";TEST_HP_NO_MPS=1" "an HP process is not an 
 # below-normal priority (the last field), a kernel of 100 us in 5 waves
 # (40 blocks, 8 per wave in the fake) goes beside HP for its 20 us waves;
 # not at normal priority, nor with waves of 100 us, nor with a cluster
-# (its occupancy is not known).
-foreach(_case "beside;1;10;1;1;plain;0" "beside-off;1;10;0;0;plain;0" "beside-no-mps;0;10;1;0;plain;0"
-              "beside-long;1;500;1;0;plain;0" "beside-cluster;1;10;1;1;cluster;0"
-              "beside-cluster-long;1;500;1;0;cluster;0"
-              "beside-waves;1;100;1;1;plain;1" "beside-waves-normal;1;100;1;0;plain;0"
-              "beside-waves-long;1;500;1;0;plain;1" "beside-waves-cluster;1;100;1;0;cluster;1"
-              "beside-waves-no-mps;0;100;1;0;plain;1")
+# (its occupancy is not known). And the short kernel held when an HP
+# process says it is no MPS client (the last field).
+foreach(_case "beside;1;10;1;1;plain;0;0" "beside-off;1;10;0;0;plain;0;0" "beside-no-mps;0;10;1;0;plain;0;0"
+              "beside-long;1;500;1;0;plain;0;0" "beside-cluster;1;10;1;1;cluster;0;0"
+              "beside-cluster-long;1;500;1;0;cluster;0;0"
+              "beside-waves;1;100;1;1;plain;1;0" "beside-waves-normal;1;100;1;0;plain;0;0"
+              "beside-waves-long;1;500;1;0;plain;1;0" "beside-waves-cluster;1;100;1;0;cluster;1;0"
+              "beside-waves-no-mps;0;100;1;0;plain;1;0" "beside-hp-no-mps;1;10;1;0;plain;0;1")
   list(GET _case 0 _name)
   list(GET _case 1 _mps)
   list(GET _case 2 _us)
@@ -156,18 +157,15 @@ foreach(_case "beside;1;10;1;1;plain;0" "beside-off;1;10;0;0;plain;0" "beside-no
   list(GET _case 4 _expect)
   list(GET _case 5 _launch)
   list(GET _case 6 _prio)
+  list(GET _case 7 _hpnomps)
   add_test(NAME runtime-schedule-${_name}
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortKernelsRunBesideHp)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect};TEST_LAUNCH=${_launch};CUDA_MPS_CLIENT_PRIORITY=${_prio}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect};TEST_LAUNCH=${_launch};CUDA_MPS_CLIENT_PRIORITY=${_prio};TEST_HP_NO_MPS=${_hpnomps}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
-# The same short kernel, an HP process that says it is no MPS client: held.
-add_test(NAME runtime-schedule-beside-hp-no-mps
-  COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortKernelsRunBesideHp)
 set_tests_properties(runtime-schedule-beside-hp-no-mps PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-hp-no-mps;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=10;TALLY_BESIDE=1;TEST_EXPECT_BESIDE=0;TEST_LAUNCH=plain;TEST_HP_NO_MPS=1;CUDA_MPS_CLIENT_PRIORITY=0"
-  TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process is not an MPS client" FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  PASS_REGULAR_EXPRESSION "an HP process is not an MPS client")
 add_test(NAME runtime-schedule-beside-revoked
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideKernelThatRunsLongIsHeldAgain)
 set_tests_properties(runtime-schedule-beside-revoked PROPERTIES
