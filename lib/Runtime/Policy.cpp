@@ -162,13 +162,18 @@ Choice Policy::choose(const LaunchShape &S) {
   // Every candidate measured: the fastest within the target, else the
   // shortest turnaround among those at most 1.5x slower than the fastest.
   size_t Best = Cands.size();
+  bool BestByWaves = false;
   uint64_t Fastest = UINT64_MAX;
   for (size_t I = 0; I < Cands.size(); ++I)
     Fastest = std::min(Fastest, Ms[I].BestNs);
-  for (size_t I = 0; I < Cands.size(); ++I)
-    if (turnaroundUs(S, Cands[I], Ms[I].BestNs) <= Cfg.TurnaroundUs &&
-        (Best == Cands.size() || Ms[I].BestNs < Ms[Best].BestNs))
+  for (size_t I = 0; I < Cands.size(); ++I) {
+    bool ByWaves = false;
+    if (withinTarget(S, Cands[I], Ms[I].BestNs, ByWaves) &&
+        (Best == Cands.size() || Ms[I].BestNs < Ms[Best].BestNs)) {
       Best = I;
+      BestByWaves = ByWaves;
+    }
+  }
   if (Best == Cands.size()) {
     double BestTurn = 0;
     for (size_t I = 0; I < Cands.size(); ++I) {
@@ -190,11 +195,25 @@ Choice Policy::choose(const LaunchShape &S) {
   Made.OriginalNs = Ms.front().BestNs; // candidates() puts the original first
   Made.TurnaroundUs = turnaroundUs(S, C, Ms[Best].BestNs);
   Made.WaitUs = waitUs(S, C, Ms[Best].BestNs);
-  Made.MeetsTarget = Made.TurnaroundUs <= Cfg.TurnaroundUs;
+  Made.MeetsTarget = Made.TurnaroundUs <= Cfg.TurnaroundUs || BestByWaves;
+  Made.ByWaves = BestByWaves;
   Made.OriginalOnly = Cands.size() == 1;
   Decisions.push_back(std::move(Made));
   ++Hits;
   return C;
+}
+
+bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns,
+                          bool &ByWaves) const {
+  ByWaves = false;
+  if (turnaroundUs(S, C, Ns) <= Cfg.TurnaroundUs)
+    return true;
+  // (The same margin as besideOk's: what is chosen for its waves does run
+  // beside HP.)
+  if (Cfg.BlocksFirst && Cfg.Beside && C.F == Form::Original &&
+      double(waitNs(S, C, Ns)) <= Cfg.TurnaroundUs * 1e3)
+    ByWaves = true;
+  return ByWaves;
 }
 
 uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {
@@ -205,7 +224,11 @@ uint64_t Policy::measuredWaitNs(const LaunchShape &S, const Choice &C) const {
   Measurement M = lookup(S.Key, C.name());
   if (!M.Count || !M.BestNs)
     return 0;
-  return static_cast<uint64_t>(waitUs(S, C, M.BestNs) * 1e3 * 1.25) + 1;
+  return waitNs(S, C, M.BestNs);
+}
+
+uint64_t Policy::waitNs(const LaunchShape &S, const Choice &C, uint64_t Ns) const {
+  return static_cast<uint64_t>(waitUs(S, C, Ns) * 1e3 * 1.25) + 1;
 }
 
 bool Policy::besideOk(const LaunchShape &S, const Choice &C) const {

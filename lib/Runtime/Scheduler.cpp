@@ -191,6 +191,7 @@ void Runtime::Impl::coordinate(ContextState &C) {
       PC.BesidePtbPercent = Co.Mps && Asked && Cfg.Beside ? Cfg.BesidePtbPercent : 0;
       PC.WidenNs = Cfg.WidenUs * 1000;
       PC.BlocksFirst = BlocksFirst;
+      PC.Beside = Co.Mps && Cfg.Beside;
       if (Cfg.ProfileCache) {
         std::string Dir = ProfileCache::defaultDir([](const char *N) -> const char * {
           return std::getenv(N);

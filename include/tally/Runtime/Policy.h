@@ -23,7 +23,11 @@
 //    slower form takes); then the fastest candidate whose estimated
 //    turnaround (how long an arriving HP kernel waits for it) is within
 //    `TurnaroundUs` is chosen. If none is, the one with the shortest
-//    turnaround among those at most 1.5x slower than the fastest.
+//    turnaround among those at most 1.5x slower than the fastest. With
+//    BlocksFirst and Beside (below), an original whose one wave is short
+//    enough to run beside HP (besideOk's rule) is within the target too:
+//    it runs beside HP at full speed, where a slower preemptible form would
+//    run narrow or stop.
 //    Grids with fewer blocks than SMs get the same consideration (fewer
 //    PTB workers than blocks make them preemptible at some cost), where the
 //    original Tally always ran them whole. Kernels without variants, and
@@ -87,6 +91,10 @@ struct PolicyConfig {
   /// MPS client of below-normal priority): an arriving HP kernel waits for
   /// the running blocks of an original, not for the rest of it (waitUs).
   bool BlocksFirst = false;
+  /// Launches within the target may run beside HP (MPS, not --no-beside):
+  /// with BlocksFirst, choose() then counts an original of short waves as
+  /// within the target.
+  bool Beside = false;
 };
 
 /// What the HP processes look like at one instant (from the segment).
@@ -134,6 +142,9 @@ struct Decision {
   /// What an arriving HP kernel waits for it (Policy::waitUs).
   double WaitUs = 0;
   bool MeetsTarget = false;
+  /// Within the target by one wave of the original (BlocksFirst and
+  /// Beside), not by its whole time: it runs beside HP.
+  bool ByWaves = false;
   /// The shape had no candidate but the original (a kernel without
   /// variants): there was nothing to choose.
   bool OriginalOnly = false;
@@ -240,10 +251,17 @@ private:
     uint64_t BestNs = 0;
   };
   Measurement lookup(const ProfileKey &K, const std::string &Name) const;
+  /// Is \p C for \p S, taking \p Ns, within the turnaround target for
+  /// choose()? Its turnaround; with BlocksFirst and Beside, for an
+  /// original, also one wave with a quarter more (besideOk's rule). Sets
+  /// \p ByWaves when only the wave is.
+  bool withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns, bool &ByWaves) const;
   /// How long an arriving HP kernel may wait for one launch of \p C for
   /// \p S, with a quarter more (its turnaround; for slices, one slice); 0
   /// when not measured.
   uint64_t measuredWaitNs(const LaunchShape &S, const Choice &C) const;
+  /// waitUs for a launch taking \p Ns, in ns, with a quarter more.
+  uint64_t waitNs(const LaunchShape &S, const Choice &C, uint64_t Ns) const;
 
   PolicyConfig Cfg;
   ProfileCache *Cache;

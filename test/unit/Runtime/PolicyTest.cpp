@@ -263,8 +263,7 @@ TEST(PolicyChoice, QueuedWait) {
 // kernel waits for an original's running blocks, not its later waves: an
 // original of 400 us in 20 waves (20 us each) goes beside HP, with one wave
 // in the queue's estimate too; in 10 waves (40 us) it does not, nor in one
-// wave, nor at normal priority, nor without its occupancy. The choice
-// among forms is not changed (it still weighs an original's whole time).
+// wave, nor at normal priority, nor without its occupancy.
 TEST(PolicyChoice, BlocksFirstWaitsForOneWave) {
   PolicyConfig Cfg;
   Cfg.BlocksFirst = true;
@@ -305,6 +304,64 @@ TEST(PolicyChoice, BlocksFirstWaitsForOneWave) {
   Ptb.F = Form::Ptb;
   Ptb.Workers = 528;
   EXPECT_DOUBLE_EQ(P.waitUs(S, Ptb, 400 * Us), Policy::turnaroundUs(S, Ptb, 400 * Us));
+}
+
+// With BlocksFirst and Beside, an original of short waves is within the
+// target (it runs beside HP): chosen over a slower PTB form. 400 us in 20
+// waves of 20 us against PTB at 440 us: the original, by its waves. Not
+// with waves of 30 us (37.5 with a quarter more), not without Beside
+// (--no-beside: it would be held), not at normal priority, not without the
+// original's occupancy: PTB there, as before.
+TEST(PolicyChoice, BlocksFirstChoosesAnOriginalOfShortWaves) {
+  auto Time = [](unsigned OrigUs) {
+    return [OrigUs](const Choice &C) -> uint64_t {
+      return C.F == Form::Original ? OrigUs * Us : 440 * Us;
+    };
+  };
+  LaunchShape S = shape("waves", 132 * 4 * 20); // PTB 2 per SM, slices 4
+  S.OrigPerSM = 4;
+  PolicyConfig Cfg;
+  Cfg.BlocksFirst = true;
+  Cfg.Beside = true;
+  {
+    Policy P(Cfg);
+    Choice C = profile(P, S, Time(400));
+    EXPECT_EQ(C.F, Form::Original);
+    EXPECT_TRUE(P.besideOk(S, C));
+    ASSERT_EQ(P.decisions().size(), 1u);
+    const Decision &D = P.decisions()[0];
+    EXPECT_TRUE(D.MeetsTarget);
+    EXPECT_TRUE(D.ByWaves);
+    EXPECT_DOUBLE_EQ(D.TurnaroundUs, 400.0);
+    EXPECT_DOUBLE_EQ(D.WaitUs, 20.0);
+    EXPECT_DOUBLE_EQ(D.costOverOriginal(), 0.0);
+  }
+  {
+    Policy P(Cfg);
+    Choice C = profile(P, S, Time(600)); // waves of 30 us
+    EXPECT_NE(C.F, Form::Original);
+    EXPECT_FALSE(P.decisions()[0].ByWaves);
+  }
+  PolicyConfig NoBeside = Cfg, Normal = Cfg;
+  NoBeside.Beside = false;
+  Normal.BlocksFirst = false;
+  for (const PolicyConfig &Other : {NoBeside, Normal}) {
+    Policy P(Other);
+    Choice C = profile(P, S, Time(400));
+    EXPECT_EQ(C.F, Form::Ptb);
+    EXPECT_FALSE(P.decisions()[0].ByWaves);
+  }
+  LaunchShape Unknown = S;
+  Unknown.OrigPerSM = 0;
+  Policy P(Cfg);
+  EXPECT_EQ(profile(P, Unknown, Time(400)).F, Form::Ptb);
+  // A fast original within the target by its whole time is not "by waves".
+  LaunchShape Short = shape("short", 132 * 4 * 2);
+  Short.OrigPerSM = 4;
+  Choice C = profile(P, Short, Time(20));
+  EXPECT_EQ(C.F, Form::Original);
+  EXPECT_FALSE(P.decisions().back().ByWaves);
+  EXPECT_TRUE(P.decisions().back().MeetsTarget);
 }
 
 TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {

@@ -33,5 +33,14 @@ assert ch["count"] == 1, ch
 assert ch["cost_over_original_p50"] == ch["cost_over_original_max"] > -1, ch
 assert ch["over_5_percent"] == (1 if ch["cost_over_original_max"] > 0.05 else 0), ch
 assert ch["within_target"] in (0, 1), ch
+assert ch["by_waves"] == 0, ch  # no MPS in the fake: nothing beside HP
+# The same decision, listed with its shape and times.
+ds = json.load(open(sys.argv[3]))["decisions"]
+assert len(ds) == 1, ds
+d = ds[0]
+assert d["kernel"].startswith("be_held@") and d["grid"] == [40, 1, 1], d
+assert d["chosen"] in cands and d["original_us"] > 0 and d["chosen_us"] > 0, d
+assert d["meets_target"] == bool(ch["within_target"]) and not d["original_only"], d
+assert abs(d["chosen_us"] / d["original_us"] - 1 - ch["cost_over_original_max"]) < 1e-3, d
 print(f"ok: held {s['holds']}x ({s['held_ms']:.1f} ms), {s['measured']} measurements, "
       f"cache candidates {sorted(cands)}")
