@@ -23,11 +23,13 @@
 //    slower form takes); then the fastest candidate whose estimated
 //    turnaround (how long an arriving HP kernel waits for it) is within
 //    `TurnaroundUs` is chosen. If none is, the one with the shortest
-//    turnaround among those at most 1.5x slower than the fastest. With
-//    BlocksFirst and Beside (below), an original whose one wave is short
-//    enough to run beside HP (besideOk's rule) is within the target too:
+//    turnaround among those at most 1.5x slower than the fastest. Under
+//    MPS (Beside, below) an original or sliced form is within the target
+//    when it may run beside HP (besideOk's rule, a quarter to spare): one
+//    that is not would wait for HP to be idle at every launch. With
+//    BlocksFirst that makes an original of short waves within the target:
 //    it runs beside HP at full speed, where a slower preemptible form would
-//    run narrow or stop.
+//    run narrow.
 //    Grids with fewer blocks than SMs get the same consideration (fewer
 //    PTB workers than blocks make them preemptible at some cost), where the
 //    original Tally always ran them whole. Kernels without variants, and
@@ -92,8 +94,9 @@ struct PolicyConfig {
   /// the running blocks of an original, not for the rest of it (waitUs).
   bool BlocksFirst = false;
   /// Launches within the target may run beside HP (MPS, not --no-beside):
-  /// with BlocksFirst, choose() then counts an original of short waves as
-  /// within the target.
+  /// choose() then counts an original or a sliced form as within the
+  /// target only when it may run beside HP (besideOk's rule), and with
+  /// BlocksFirst an original of short waves is.
   bool Beside = false;
 };
 
@@ -252,9 +255,10 @@ private:
   };
   Measurement lookup(const ProfileKey &K, const std::string &Name) const;
   /// Is \p C for \p S, taking \p Ns, within the turnaround target for
-  /// choose()? Its turnaround; with BlocksFirst and Beside, for an
-  /// original, also one wave with a quarter more (besideOk's rule). Sets
-  /// \p ByWaves when only the wave is.
+  /// choose()? Its turnaround; with Beside, for an original or a sliced
+  /// form, besideOk's rule instead (a quarter to spare; with BlocksFirst,
+  /// an original's one wave): within the target there means beside HP.
+  /// Sets \p ByWaves when an original is only by its wave.
   bool withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns, bool &ByWaves) const;
   /// How long an arriving HP kernel may wait for one launch of \p C for
   /// \p S, with a quarter more (its turnaround; for slices, one slice); 0

@@ -364,6 +364,45 @@ TEST(PolicyChoice, BlocksFirstChoosesAnOriginalOfShortWaves) {
   EXPECT_TRUE(P.decisions().back().MeetsTarget);
 }
 
+// Under MPS (Beside) an original or sliced form counts as within the
+// target only when it may run beside HP (besideOk: a quarter to spare);
+// otherwise it would wait for HP to be idle at every launch. An original
+// of 28 us (35 with the quarter) loses to a PTB form of 40 us; slices of 30
+// us to slices of 8. Without Beside both are within the target, as before.
+TEST(PolicyChoice, UnderMpsWithinTheTargetMeansBesideHp) {
+  PolicyConfig Mps;
+  Mps.Beside = true;
+  LaunchShape S = shape("near", 132 * 2); // one wave of PTB workers
+  auto Orig = [](const Choice &C) -> uint64_t {
+    return C.F == Form::Original ? 28 * Us : 40 * Us;
+  };
+  LaunchShape Sl = shape("sliced", 132 * 4 * 20, 0, 4); // slices only
+  auto Slices = [](const Choice &C) -> uint64_t {
+    // 20 slices of a wave (30 us each) or 80 of a quarter wave (8 us).
+    return C.F == Form::Original ? 590 * Us : C.SliceBlocks == 528 ? 600 * Us : 640 * Us;
+  };
+  {
+    Policy P(Mps);
+    Choice C = profile(P, S, Orig);
+    EXPECT_EQ(C.F, Form::Ptb);
+    EXPECT_TRUE(P.decisions().back().MeetsTarget);
+    Choice D = profile(P, Sl, Slices);
+    ASSERT_EQ(D.F, Form::Slice);
+    EXPECT_EQ(D.SliceBlocks, 132u);
+    EXPECT_TRUE(P.besideOk(Sl, D));
+  }
+  {
+    Policy P;
+    Choice C = profile(P, S, Orig);
+    EXPECT_EQ(C.F, Form::Original);
+    EXPECT_TRUE(P.decisions().back().MeetsTarget);
+    EXPECT_FALSE(P.besideOk(S, C)) << "28 us, 35 with a quarter more";
+    Choice D = profile(P, Sl, Slices);
+    ASSERT_EQ(D.F, Form::Slice);
+    EXPECT_EQ(D.SliceBlocks, 528u);
+  }
+}
+
 TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {
   Policy P;
   LaunchShape S = shape("short", 1000);
