@@ -162,18 +162,13 @@ Choice Policy::choose(const LaunchShape &S) {
   // Every candidate measured: the fastest within the target, else the
   // shortest turnaround among those at most 1.5x slower than the fastest.
   size_t Best = Cands.size();
-  bool BestByWaves = false;
   uint64_t Fastest = UINT64_MAX;
   for (size_t I = 0; I < Cands.size(); ++I)
     Fastest = std::min(Fastest, Ms[I].BestNs);
-  for (size_t I = 0; I < Cands.size(); ++I) {
-    bool ByWaves = false;
-    if (withinTarget(S, Cands[I], Ms[I].BestNs, ByWaves) &&
-        (Best == Cands.size() || Ms[I].BestNs < Ms[Best].BestNs)) {
+  for (size_t I = 0; I < Cands.size(); ++I)
+    if (withinTarget(S, Cands[I], Ms[I].BestNs) &&
+        (Best == Cands.size() || Ms[I].BestNs < Ms[Best].BestNs))
       Best = I;
-      BestByWaves = ByWaves;
-    }
-  }
   if (Best == Cands.size()) {
     double BestTurn = 0;
     for (size_t I = 0; I < Cands.size(); ++I) {
@@ -195,30 +190,28 @@ Choice Policy::choose(const LaunchShape &S) {
   Made.OriginalNs = Ms.front().BestNs; // candidates() puts the original first
   Made.TurnaroundUs = turnaroundUs(S, C, Ms[Best].BestNs);
   Made.WaitUs = waitUs(S, C, Ms[Best].BestNs);
-  Made.MeetsTarget = Made.TurnaroundUs <= Cfg.TurnaroundUs || BestByWaves;
-  Made.ByWaves = BestByWaves;
+  Made.MeetsTarget = withinTarget(S, C, Ms[Best].BestNs);
   Made.OriginalOnly = Cands.size() == 1;
   Decisions.push_back(std::move(Made));
   ++Hits;
   return C;
 }
 
-bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns,
-                          bool &ByWaves) const {
-  ByWaves = false;
-  const bool Within = turnaroundUs(S, C, Ns) <= Cfg.TurnaroundUs;
+bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) const {
+  const double Turn = turnaroundUs(S, C, Ns);
   if (!Cfg.Beside || C.F == Form::Ptb)
-    return Within;
+    return Turn <= Cfg.TurnaroundUs;
   // Under MPS an original or sliced form within the target is one that
-  // runs beside HP: besideOk's rule (a quarter to spare; with BlocksFirst
-  // one wave of an original). One within the target but not the margin
-  // would wait for HP to be idle at every launch, where a preemptible form
-  // runs beside HP (measured on an H100: a 27 us one-wave reduction of the
-  // Triton training, 963 holds for 0.5 s of an 8 s window).
-  if (double(waitNs(S, C, Ns)) > Cfg.TurnaroundUs * 1e3)
-    return false;
-  ByWaves = C.F == Form::Original && !Within;
-  return true;
+  // runs beside HP: besideOk's margin (a quarter to spare). One within the
+  // target but not the margin would wait for HP to be idle at every launch,
+  // where a preemptible form runs beside HP (measured on an H100: a 27 us
+  // one-wave reduction of the Triton training, 963 holds for 0.5 s of an
+  // 8 s window). An original's whole time, not one wave of it (waitUs):
+  // chosen for its waves, originals running beside HP at full width made
+  // hp-serve's requests of 8 one-wave kernels wait for BE blocks at each
+  // kernel (H100, be-spin of 22 us blocks: HP p50 286 us against 225 with
+  // PTB launches kept to half a wave).
+  return static_cast<uint64_t>(Turn * 1e3 * 1.25) + 1 <= Cfg.TurnaroundUs * 1e3;
 }
 
 uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {

@@ -184,7 +184,7 @@ void Runtime::Impl::writeStats() {
                  (unsigned long long)N);
   uint64_t Hits = 0, Misses = 0;
   std::vector<double> Costs; // each decision's cost over the original
-  size_t WithinTarget = 0, Over5 = 0, ByWaves = 0;
+  size_t WithinTarget = 0, Over5 = 0;
   std::vector<Decision> Decisions; // a copy, for the JSON's list
   // Shapes of kernels without variants (measured for the beside rule):
   // how many, and how many are short enough to run beside HP.
@@ -205,7 +205,6 @@ void Runtime::Impl::writeStats() {
       }
       Costs.push_back(D.costOverOriginal());
       WithinTarget += D.MeetsTarget;
-      ByWaves += D.ByWaves;
       Over5 += D.costOverOriginal() > 0.05;
     }
   }
@@ -327,8 +326,8 @@ void Runtime::Impl::writeStats() {
     std::fprintf(E,
                  "tally: profile choices for %zu launch shapes: the chosen form's best time over "
                  "the original's, median %+.1f %%, max %+.1f %% (%zu above +5 %%); %zu within "
-                 "the turnaround target (%zu of them originals by one wave: beside HP)\n",
-                 Costs.size(), 100 * CostP50, 100 * CostMax, Over5, WithinTarget, ByWaves);
+                 "the turnaround target\n",
+                 Costs.size(), 100 * CostP50, 100 * CostMax, Over5, WithinTarget);
   }
   if (Cfg.StatsFile.empty())
     return;
@@ -393,7 +392,7 @@ void Runtime::Impl::writeStats() {
                "\"profile_hits\": %llu, \"profile_misses\": %llu, "
                "\"choices\": {\"count\": %zu, \"cost_over_original_p50\": %.6f, "
                "\"cost_over_original_max\": %.6f, \"over_5_percent\": %zu, "
-               "\"within_target\": %zu, \"by_waves\": %zu}, "
+               "\"within_target\": %zu}, "
                "\"hp_turnaround_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
                "\"p999\": %.3f, \"max\": %.3f}},\n"
                "  \"kernels\": [",
@@ -420,7 +419,6 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.SmallGrid[1].load(),
                (unsigned long long)Co.SmallGrid[2].load(), (unsigned long long)Hits,
                (unsigned long long)Misses, Costs.size(), CostP50, CostMax, Over5, WithinTarget,
-               ByWaves,
                Turn.size(), TPct(0.5),
                TPct(0.99), TPct(0.999), Turn.empty() ? 0.0 : Turn.back());
   for (size_t I = 0; I < Rows.size(); ++I) {
@@ -451,12 +449,12 @@ void Runtime::Impl::writeStats() {
                  "%s\n    {\"kernel\": %s, \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], "
                  "\"shared\": %u, \"chosen\": %s, \"chosen_us\": %.3f, \"original_us\": %.3f, "
                  "\"turnaround_us\": %.3f, \"wait_us\": %.3f, \"meets_target\": %s, "
-                 "\"by_waves\": %s, \"original_only\": %s}",
+                 "\"original_only\": %s}",
                  I ? "," : "", jsonString(D.Key.Kernel).c_str(), D.Key.Grid[0], D.Key.Grid[1],
                  D.Key.Grid[2], D.Key.Block[0], D.Key.Block[1], D.Key.Block[2], D.Key.Shared,
                  jsonString(D.Chosen).c_str(), D.ChosenNs / 1e3, D.OriginalNs / 1e3,
                  D.TurnaroundUs, D.WaitUs, D.MeetsTarget ? "true" : "false",
-                 D.ByWaves ? "true" : "false", D.OriginalOnly ? "true" : "false");
+                 D.OriginalOnly ? "true" : "false");
   }
   std::fprintf(J, "\n  ]\n}\n");
   std::fclose(J);

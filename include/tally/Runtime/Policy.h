@@ -25,11 +25,11 @@
 //    `TurnaroundUs` is chosen. If none is, the one with the shortest
 //    turnaround among those at most 1.5x slower than the fastest. Under
 //    MPS (Beside, below) an original or sliced form is within the target
-//    when it may run beside HP (besideOk's rule, a quarter to spare): one
-//    that is not would wait for HP to be idle at every launch. With
-//    BlocksFirst that makes an original of short waves within the target:
-//    it runs beside HP at full speed, where a slower preemptible form would
-//    run narrow.
+//    when it may run beside HP by its whole time or one slice, with a
+//    quarter to spare: one that is not would wait for HP to be idle at
+//    every launch. (Not by one wave of an original, waitUs: chosen so,
+//    originals at full width beside HP made an HP request of several
+//    one-wave kernels wait for BE blocks at each of them.)
 //    Grids with fewer blocks than SMs get the same consideration (fewer
 //    PTB workers than blocks make them preemptible at some cost), where the
 //    original Tally always ran them whole. Kernels without variants, and
@@ -95,8 +95,7 @@ struct PolicyConfig {
   bool BlocksFirst = false;
   /// Launches within the target may run beside HP (MPS, not --no-beside):
   /// choose() then counts an original or a sliced form as within the
-  /// target only when it may run beside HP (besideOk's rule), and with
-  /// BlocksFirst an original of short waves is.
+  /// target only with a quarter to spare, as besideOk admits it.
   bool Beside = false;
 };
 
@@ -145,9 +144,6 @@ struct Decision {
   /// What an arriving HP kernel waits for it (Policy::waitUs).
   double WaitUs = 0;
   bool MeetsTarget = false;
-  /// Within the target by one wave of the original (BlocksFirst and
-  /// Beside), not by its whole time: it runs beside HP.
-  bool ByWaves = false;
   /// The shape had no candidate but the original (a kernel without
   /// variants): there was nothing to choose.
   bool OriginalOnly = false;
@@ -256,10 +252,8 @@ private:
   Measurement lookup(const ProfileKey &K, const std::string &Name) const;
   /// Is \p C for \p S, taking \p Ns, within the turnaround target for
   /// choose()? Its turnaround; with Beside, for an original or a sliced
-  /// form, besideOk's rule instead (a quarter to spare; with BlocksFirst,
-  /// an original's one wave): within the target there means beside HP.
-  /// Sets \p ByWaves when an original is only by its wave.
-  bool withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns, bool &ByWaves) const;
+  /// form, with a quarter to spare (besideOk's margin).
+  bool withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) const;
   /// How long an arriving HP kernel may wait for one launch of \p C for
   /// \p S, with a quarter more (its turnaround; for slices, one slice); 0
   /// when not measured.

@@ -306,62 +306,27 @@ TEST(PolicyChoice, BlocksFirstWaitsForOneWave) {
   EXPECT_DOUBLE_EQ(P.waitUs(S, Ptb, 400 * Us), Policy::turnaroundUs(S, Ptb, 400 * Us));
 }
 
-// With BlocksFirst and Beside, an original of short waves is within the
-// target (it runs beside HP): chosen over a slower PTB form. 400 us in 20
-// waves of 20 us against PTB at 440 us: the original, by its waves. Not
-// with waves of 30 us (37.5 with a quarter more), not without Beside
-// (--no-beside: it would be held), not at normal priority, not without the
-// original's occupancy: PTB there, as before.
-TEST(PolicyChoice, BlocksFirstChoosesAnOriginalOfShortWaves) {
-  auto Time = [](unsigned OrigUs) {
-    return [OrigUs](const Choice &C) -> uint64_t {
-      return C.F == Form::Original ? OrigUs * Us : 440 * Us;
-    };
-  };
+// With BlocksFirst and Beside, the choice still weighs an original's whole
+// time, not one wave (an original of short waves beside HP at full width
+// made HP's multi-kernel requests wait at each kernel, on an H100): 400 us
+// in 20 waves of 20 us against PTB at 440 us is PTB, which runs narrow
+// beside HP. Were it the original, it would go beside HP too (besideOk by
+// its waves), so the choice is what keeps it narrow.
+TEST(PolicyChoice, BlocksFirstStillChoosesByTheWholeTime) {
   LaunchShape S = shape("waves", 132 * 4 * 20); // PTB 2 per SM, slices 4
   S.OrigPerSM = 4;
   PolicyConfig Cfg;
   Cfg.BlocksFirst = true;
   Cfg.Beside = true;
-  {
-    Policy P(Cfg);
-    Choice C = profile(P, S, Time(400));
-    EXPECT_EQ(C.F, Form::Original);
-    EXPECT_TRUE(P.besideOk(S, C));
-    ASSERT_EQ(P.decisions().size(), 1u);
-    const Decision &D = P.decisions()[0];
-    EXPECT_TRUE(D.MeetsTarget);
-    EXPECT_TRUE(D.ByWaves);
-    EXPECT_DOUBLE_EQ(D.TurnaroundUs, 400.0);
-    EXPECT_DOUBLE_EQ(D.WaitUs, 20.0);
-    EXPECT_DOUBLE_EQ(D.costOverOriginal(), 0.0);
-  }
-  {
-    Policy P(Cfg);
-    Choice C = profile(P, S, Time(600)); // waves of 30 us
-    EXPECT_NE(C.F, Form::Original);
-    EXPECT_FALSE(P.decisions()[0].ByWaves);
-  }
-  PolicyConfig NoBeside = Cfg, Normal = Cfg;
-  NoBeside.Beside = false;
-  Normal.BlocksFirst = false;
-  for (const PolicyConfig &Other : {NoBeside, Normal}) {
-    Policy P(Other);
-    Choice C = profile(P, S, Time(400));
-    EXPECT_EQ(C.F, Form::Ptb);
-    EXPECT_FALSE(P.decisions()[0].ByWaves);
-  }
-  LaunchShape Unknown = S;
-  Unknown.OrigPerSM = 0;
   Policy P(Cfg);
-  EXPECT_EQ(profile(P, Unknown, Time(400)).F, Form::Ptb);
-  // A fast original within the target by its whole time is not "by waves".
-  LaunchShape Short = shape("short", 132 * 4 * 2);
-  Short.OrigPerSM = 4;
-  Choice C = profile(P, Short, Time(20));
-  EXPECT_EQ(C.F, Form::Original);
-  EXPECT_FALSE(P.decisions().back().ByWaves);
-  EXPECT_TRUE(P.decisions().back().MeetsTarget);
+  Choice C = profile(P, S, [](const Choice &X) -> uint64_t {
+    return X.F == Form::Original ? 400 * Us : 440 * Us;
+  });
+  EXPECT_EQ(C.F, Form::Ptb);
+  ASSERT_EQ(P.decisions().size(), 1u);
+  EXPECT_TRUE(P.decisions()[0].MeetsTarget);
+  Choice Orig;
+  EXPECT_TRUE(P.besideOk(S, Orig)) << "the original alone would go beside HP by its waves";
 }
 
 // Under MPS (Beside) an original or sliced form counts as within the
