@@ -16,7 +16,15 @@ random weights.
   poisson mode (--rate R > 0): an open loop: arrival times at exponential
       gaps of mean 1/R (seeded); each request is issued at its arrival, or
       when the previous one is done if the service is busy (it queues);
-      latency = completion - scheduled arrival (time.perf_counter).
+      latency = completion - scheduled arrival (time.perf_counter). Between
+      requests it spins (--wait sleep: sleeps). `hp: service ...` gives the
+      requests' own times, without queueing. Measured on an H100 VM
+      (2026-11-25, ResNet-50, closed loop 4.07 ms a request): at half the
+      closed-loop rate a request took 5.41 ms (p50) when the service slept
+      between requests and 4.81 ms when it spun (at 0.3 of it: 6.23 and
+      4.00 ms; BERT at half: 3.52 and 2.62 ms against 2.18 closed loop):
+      a sleeping host is slow to take up the next request, and at half load
+      the open loop's queue then grows (p50 latency 7.7 ms against 6.6 ms).
 
 Output: the lines and the --csv file of the C++ hp-serve, so that
 gpu-colocate.sh and colocate-report.py read both (see workloads.py):
@@ -76,6 +84,10 @@ def parse_args(argv=None):
     p.add_argument("--start-timeout", type=float, default=600.0, metavar="S",
                    help="--start-file: exit 1 when PATH has not appeared after S "
                         "seconds (default 600)")
+    p.add_argument("--wait", choices=("sleep", "spin"), default="spin",
+                   help="poisson: between requests, spin all the way, keeping the "
+                        "host CPU awake (the default), or sleep (waking 200 us early "
+                        "and spinning the rest)")
     p.add_argument("--device", default="cuda",
                    help="cuda (default); cpu only to check the code without a GPU")
     a = p.parse_args(argv)
@@ -121,12 +133,22 @@ def main(argv=None):
         w.say(f"hp: warmed up; waiting for {a.start_file}")
         wait_for_file(a.start_file, a.start_timeout)
 
+    own = []
     with torch.inference_mode():
         lat, unserved, start, end = w.run_hp(service.request, sync, a.rate, a.seconds,
-                                             a.warmup, a.drain, a.seed, spin=True,
+                                             a.warmup, a.drain, a.seed,
+                                             spin="all" if a.wait == "spin" else True,
                                              before_window=wait_start if a.start_file
-                                             else None)
-    return w.report_hp(lat, unserved, start, end, a.rate, a.drain, settings, a.csv)
+                                             else None, service=own)
+    rc = w.report_hp(lat, unserved, start, end, a.rate, a.drain, settings, a.csv)
+    if own:
+        # A request's own time, without the time queued: open loop against
+        # closed loop tells queueing from a slower service.
+        own.sort()
+        w.say(f"hp: service (issue to completion, without queueing) p50 "
+              f"{w.percentile(own, 0.5):.1f} p99 {w.percentile(own, 0.99):.1f} us, "
+              f"wait {a.wait}")
+    return rc
 
 
 if __name__ == "__main__":

@@ -261,14 +261,17 @@ def percentile(sorted_values, q):
 
 
 def wait_until(t, spin):
-    """Sleeps to perf_counter() time t. With spin, sleeps most of the way and
+    """Waits to perf_counter() time t. spin True: sleeps most of the way and
     spins the last 200 us (sleep alone overshoots by tens of microseconds);
-    without, sleeps only (a spinning thread would hold the GIL that the other
-    thread of streams.py needs)."""
+    "all": spins all the way (no sleep: the host CPU stays awake); False:
+    sleeps only (a spinning thread would hold the GIL that the other thread
+    of streams.py needs)."""
     while True:
         left = t - time.perf_counter()
         if left <= 0:
             return
+        if spin == "all":
+            continue
         if left > 0.0003:
             time.sleep(left - 0.0002)
         elif not spin:
@@ -277,7 +280,7 @@ def wait_until(t, spin):
 
 
 def run_hp(request, sync, rate, duration, warmup, drain, seed, spin=True, stop=None,
-           before_window=None):
+           before_window=None, service=None):
     """The request loop of hp-serve: warmup requests, then for `duration`
     seconds either Poisson arrivals at `rate` requests/s (a request's latency
     runs from its scheduled arrival, so time queued behind an earlier one
@@ -286,6 +289,8 @@ def run_hp(request, sync, rate, duration, warmup, drain, seed, spin=True, stop=N
     unserved with their latency so far (a lower bound). `stop` (an Event)
     ends the loop early. `before_window`, where given, is called after the
     warmup and before the window starts (serve.py's --start-file wait).
+    `service`, where given (a list), gets each served request's own time in
+    us (its issue to its completion, without the time queued).
     Returns (latencies in us, unserved, start epoch, end epoch)."""
     for _ in range(warmup):
         request()
@@ -313,10 +318,13 @@ def run_hp(request, sync, rate, duration, warmup, drain, seed, spin=True, stop=N
                     nxt += rng.expovariate(rate)
                 break
             wait_until(arrival, spin)
+            issued = time.perf_counter()
             request()
             sync()
             last = time.perf_counter()
             lat.append((last - arrival) * 1e6)
+            if service is not None:
+                service.append((last - issued) * 1e6)
             nxt += rng.expovariate(rate)
     else:
         while time.perf_counter() - t0 < duration and not (stop and stop.is_set()):
@@ -325,6 +333,8 @@ def run_hp(request, sync, rate, duration, warmup, drain, seed, spin=True, stop=N
             sync()
             last = time.perf_counter()
             lat.append((last - send) * 1e6)
+            if service is not None:
+                service.append((last - send) * 1e6)
     end_epoch = start_epoch + (last - t0)
     return lat, unserved, start_epoch, end_epoch
 
