@@ -128,6 +128,8 @@ def main(argv=None):
     sync = w.make_sync(device)
     settings = w.hp_settings(service, a.rate, a.seed, a.seconds, a.warmup, a.drain,
                              "default", device)
+    if a.mode == "poisson":
+        settings += f" between-requests {a.wait}"
 
     def wait_start():
         w.say(f"hp: warmed up; waiting for {a.start_file}")
@@ -141,7 +143,7 @@ def main(argv=None):
                                              before_window=wait_start if a.start_file
                                              else None, service=own)
     rc = w.report_hp(lat, unserved, start, end, a.rate, a.drain, settings, a.csv)
-    if own:
+    if own and a.mode == "poisson":
         # A request's own time, without the time queued: open loop against
         # closed loop tells queueing from a slower service.
         own.sort()

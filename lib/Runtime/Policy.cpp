@@ -199,7 +199,9 @@ Choice Policy::choose(const LaunchShape &S) {
 
 bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) const {
   const double Turn = turnaroundUs(S, C, Ns);
-  if (!Cfg.Beside || C.F == Form::Ptb)
+  // (A small grid's original runs beside HP whatever its time: no margin
+  // needed to keep it from waiting.)
+  if (!Cfg.Beside || C.F == Form::Ptb || besideSmall(S, C))
     return Turn <= Cfg.TurnaroundUs;
   // Under MPS an original or sliced form within the target is one that
   // runs beside HP: besideOk's margin (a quarter to spare). One within the

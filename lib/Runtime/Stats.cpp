@@ -200,7 +200,9 @@ void Runtime::Impl::writeStats() {
     for (const Decision &D : Decisions) {
       if (D.OriginalOnly) {
         ++OnlyShapes;
-        OnlyShort += D.WaitUs * 1.25 <= Cfg.TurnaroundUs; // Policy::besideOk's rule
+        // Policy::besideOk's rule (Policy::waitNs: a quarter more, 1 ns up).
+        OnlyShort += double(static_cast<uint64_t>(D.WaitUs * 1e3 * 1.25) + 1) <=
+                     Cfg.TurnaroundUs * 1e3;
         continue;
       }
       Costs.push_back(D.costOverOriginal());

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # ab-colocate.sh - an A/B of two builds of libtally.so on one GPU machine:
-# scripts/gpu-colocate.sh run ROUNDS times with each build, interleaved
-# (base, new, base, new, ...), with the same environment, so that the
-# machine's moods (host stalls come and go) fall on both alike.
+# scripts/gpu-colocate.sh run ROUNDS times with each build, interleaved and
+# in alternating order (base, new; new, base; ...), with the same
+# environment, so that the machine's moods (host stalls come and go) fall
+# on both alike. Only libtally.so differs between the two: the tally
+# command, tally-ptxas and the transformed programs are DIR's in both.
 #
 # Usage: scripts/debug/ab-colocate.sh BASE_LIB [ROUNDS] [-- gpu-colocate.sh's arguments]
 #   BASE_LIB  the base build's libtally.so (an absolute or relative path),
@@ -14,8 +16,10 @@
 # With BE conf triton, TRITON_CACHES defaults to OUT/triton-caches, filled
 # by the first run and reused by the others.
 # Writes OUT/base1, OUT/new1, ... (each run's OUT) and OUT/ab.md: for each
-# run the rows of the Tally systems and HP alone (HP p50, p90, p99, mean
-# from the per-request files; BE kept). Exit status 1 when a run failed.
+# run the rows of the Tally systems and HP alone (HP p50 and p99 and BE kept
+# from the run's colocate.csv; p90 and mean from its per-request files,
+# nearest rank as the report's). Exit status 1 when a run or the table
+# failed. (The first run also fills the Triton caches, if any.)
 set -uo pipefail
 export LC_ALL=C
 
@@ -29,7 +33,7 @@ base=$(cd "$(dirname "$1")" 2>/dev/null && pwd)/$(basename "$1")
 shift
 rounds=2
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then
-  rounds=$1
+  rounds=$((10#$1))
   shift
 fi
 [[ ${1:-} == -- ]] && shift
@@ -40,7 +44,9 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 1
 export TRITON_CACHES=${TRITON_CACHES:-$OUT/triton-caches}
 fails=0
 for ((r = 1; r <= rounds; r++)); do
-  for v in base new; do
+  order=(base new)
+  ((r % 2 == 0)) && order=(new base)
+  for v in "${order[@]}"; do
     t0=$SECONDS
     if [[ $v == base ]]; then
       TALLY_LIBRARY=$base OUT=$OUT/$v$r "$src/scripts/gpu-colocate.sh" "$@" >"$OUT/$v$r.log" 2>&1
@@ -53,18 +59,21 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 
-python3 - "$OUT" "$rounds" >"$OUT/ab.md" <<'PYEOF'
-import csv, os, sys
+if ! python3 - "$OUT" "$rounds" >"$OUT/ab.md" <<'PYEOF'
+import csv, math, os, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 
-def pct(s, p):
-    return s[min(len(s) - 1, int(p * (len(s) - 1) + 0.5))] if s else float("nan")
+def pct(s, q):
+    # Nearest rank, as colocate-report.py's p50 and p99.
+    if not s:
+        return float("nan")
+    return s[min(max(math.ceil(q * len(s)), 1), len(s)) - 1]
 
 def lat(path):
     try:
         with open(path) as f:
             return sorted(float(x) for x in f if x.strip() and not x.startswith("#"))
-    except OSError:
+    except (OSError, ValueError):
         return []
 
 print("| run | system | BE | HP p50 us | p90 | p99 | mean | BE kept |")
@@ -93,5 +102,9 @@ for r in range(1, rounds + 1):
                   f"{row['hp_p99']} | {mean:.1f} | "
                   f"{row.get('be_rate_fraction_of_alone') or ''} |")
 PYEOF
+then
+  echo "ab-colocate: error: the table could not be made" >&2
+  fails=$((fails + 1))
+fi
 cat "$OUT/ab.md"
 ((fails == 0))

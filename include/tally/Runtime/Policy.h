@@ -143,6 +143,8 @@ struct Decision {
   double TurnaroundUs = 0;
   /// What an arriving HP kernel waits for it (Policy::waitUs).
   double WaitUs = 0;
+  /// Within the turnaround target as choose() weighs it (withinTarget:
+  /// under MPS an original or slices with a quarter to spare).
   bool MeetsTarget = false;
   /// The shape had no candidate but the original (a kernel without
   /// variants): there was nothing to choose.
@@ -252,7 +254,9 @@ private:
   Measurement lookup(const ProfileKey &K, const std::string &Name) const;
   /// Is \p C for \p S, taking \p Ns, within the turnaround target for
   /// choose()? Its turnaround; with Beside, for an original or a sliced
-  /// form, with a quarter to spare (besideOk's margin).
+  /// form, with a quarter to spare (besideOk's margin), except an original
+  /// small enough to run beside HP for its size (besideSmall), which
+  /// needs only its turnaround within the target as before.
   bool withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) const;
   /// How long an arriving HP kernel may wait for one launch of \p C for
   /// \p S, with a quarter more (its turnaround; for slices, one slice); 0

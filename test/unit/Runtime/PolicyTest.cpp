@@ -320,9 +320,15 @@ TEST(PolicyChoice, BlocksFirstStillChoosesByTheWholeTime) {
   Cfg.Beside = true;
   Policy P(Cfg);
   Choice C = profile(P, S, [](const Choice &X) -> uint64_t {
-    return X.F == Form::Original ? 400 * Us : 440 * Us;
+    if (X.F == Form::Original)
+      return 400 * Us;
+    if (X.F == Form::Ptb && X.Workers == 264 && X.Chunk == 1)
+      return 440 * Us; // the fastest preemptible form: turnaround 11 us
+    return 460 * Us;
   });
   EXPECT_EQ(C.F, Form::Ptb);
+  EXPECT_EQ(C.Workers, 264u);
+  EXPECT_EQ(C.Chunk, 1u);
   ASSERT_EQ(P.decisions().size(), 1u);
   EXPECT_TRUE(P.decisions()[0].MeetsTarget);
   Choice Orig;
@@ -332,14 +338,23 @@ TEST(PolicyChoice, BlocksFirstStillChoosesByTheWholeTime) {
 // Under MPS (Beside) an original or sliced form counts as within the
 // target only when it may run beside HP (besideOk: a quarter to spare);
 // otherwise it would wait for HP to be idle at every launch. An original
-// of 28 us (35 with the quarter) loses to a PTB form of 40 us; slices of 30
-// us to slices of 8. Without Beside both are within the target, as before.
+// of 28 us (35 with the quarter) loses to PTB with half a wave of workers
+// (40 us, turnaround 20; the full wave's turnaround is its 40 us); slices
+// of 30 us to slices of 8. Without Beside both are within the target, as
+// before. A small grid's original, which runs beside HP for its size
+// (besideSmall), needs no margin.
 TEST(PolicyChoice, UnderMpsWithinTheTargetMeansBesideHp) {
   PolicyConfig Mps;
   Mps.Beside = true;
   LaunchShape S = shape("near", 132 * 2); // one wave of PTB workers
+  // PTB workers 264 (turnaround 40), 132 (20), 66 (11); slices of 132 (2
+  // slices, 21 us each).
   auto Orig = [](const Choice &C) -> uint64_t {
-    return C.F == Form::Original ? 28 * Us : 40 * Us;
+    if (C.F == Form::Original)
+      return 28 * Us;
+    if (C.F == Form::Ptb)
+      return C.Workers == 132 ? 40 * Us : 44 * Us;
+    return 42 * Us;
   };
   LaunchShape Sl = shape("sliced", 132 * 4 * 20, 0, 4); // slices only
   auto Slices = [](const Choice &C) -> uint64_t {
@@ -350,6 +365,7 @@ TEST(PolicyChoice, UnderMpsWithinTheTargetMeansBesideHp) {
     Policy P(Mps);
     Choice C = profile(P, S, Orig);
     EXPECT_EQ(C.F, Form::Ptb);
+    EXPECT_EQ(C.Workers, 132u);
     EXPECT_TRUE(P.decisions().back().MeetsTarget);
     Choice D = profile(P, Sl, Slices);
     ASSERT_EQ(D.F, Form::Slice);
@@ -366,6 +382,35 @@ TEST(PolicyChoice, UnderMpsWithinTheTargetMeansBesideHp) {
     ASSERT_EQ(D.F, Form::Slice);
     EXPECT_EQ(D.SliceBlocks, 528u);
   }
+  {
+    // 4 blocks, one per SM: within the 66 a narrow PTB launch keeps.
+    PolicyConfig Small = Mps;
+    Small.BesidePtbPercent = 50;
+    Policy P(Small);
+    LaunchShape Four = shape("four", 4);
+    Four.OrigPerSM = 1;
+    Choice C = profile(P, Four, Orig);
+    EXPECT_EQ(C.F, Form::Original);
+    EXPECT_TRUE(P.besideSmall(Four, C));
+  }
+}
+
+// Under MPS a decision's MeetsTarget for an original is besideOk's answer,
+// to the nanosecond, around the margin (31.6 us / 1.25 = 25.28 us).
+TEST(PolicyChoice, UnderMpsMeetsTargetIsBesideOk) {
+  PolicyConfig Mps;
+  Mps.Beside = true;
+  unsigned Within = 0;
+  for (uint64_t Ns = 25'200; Ns <= 25'360; ++Ns) {
+    Policy P(Mps);
+    LaunchShape S = shape("only", 1000, 0, 0); // no variants
+    Choice C = profile(P, S, [Ns](const Choice &) { return Ns; });
+    ASSERT_EQ(P.decisions().size(), 1u);
+    EXPECT_EQ(P.decisions()[0].MeetsTarget, P.besideOk(S, C)) << Ns;
+    Within += P.decisions()[0].MeetsTarget;
+  }
+  EXPECT_GT(Within, 0u);
+  EXPECT_LT(Within, 161u);
 }
 
 TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {

@@ -40,6 +40,9 @@ d = ds[0]
 assert d["kernel"].startswith("be_held@") and d["grid"] == [40, 1, 1], d
 assert d["chosen"] in cands and d["original_us"] > 0 and d["chosen_us"] > 0, d
 assert d["meets_target"] == bool(ch["within_target"]) and not d["original_only"], d
+# No MPS in the fake: within the target is the turnaround within 31.6 us.
+assert d["meets_target"] == (d["turnaround_us"] <= 31.6), d
+assert len(ds) == ch["count"] + again["beside"]["original_only_shapes"], (ds, again)
 assert abs(d["chosen_us"] / d["original_us"] - 1 - ch["cost_over_original_max"]) < 1e-3, d
 print(f"ok: held {s['holds']}x ({s['held_ms']:.1f} ms), {s['measured']} measurements, "
       f"cache candidates {sorted(cands)}")
