@@ -192,7 +192,13 @@ Choice Policy::choose(const LaunchShape &S) {
   Made.WaitUs = waitUs(S, C, Ms[Best].BestNs);
   Made.MeetsTarget = withinTarget(S, C, Ms[Best].BestNs);
   Made.OriginalOnly = Cands.size() == 1;
-  Decisions.push_back(std::move(Made));
+  // A shape chosen again (besideChecked revoked it) keeps one entry.
+  auto Old = std::find_if(Decisions.begin(), Decisions.end(),
+                          [&](const Decision &D) { return D.Key == S.Key; });
+  if (Old != Decisions.end())
+    *Old = std::move(Made);
+  else
+    Decisions.push_back(std::move(Made));
   ++Hits;
   return C;
 }
@@ -203,6 +209,8 @@ bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) co
   // needed to keep it from waiting.)
   if (!Cfg.Beside || C.F == Form::Ptb || besideSmall(S, C))
     return Turn <= Cfg.TurnaroundUs;
+  if (NoBeside.count(S.Key))
+    return false; // timed too long too often beside HP (besideChecked)
   // Under MPS an original or sliced form within the target is one that
   // runs beside HP: besideOk's margin (a quarter to spare). One within the
   // target but not the margin would wait for HP to be idle at every launch,
@@ -255,6 +263,9 @@ bool Policy::besideChecked(const ProfileKey &K, uint64_t Ns) {
     return false;
   NoBeside.insert(K);
   CheckBits.erase(K);
+  // Chosen as able to run beside HP, it no longer is: choose again (under
+  // MPS an original or slices revoked so are not within the target).
+  Decided.erase(K);
   return true;
 }
 

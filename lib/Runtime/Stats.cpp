@@ -310,7 +310,8 @@ void Runtime::Impl::writeStats() {
                  "of them small grids)%s; "
                  "kernels without variants measured at %zu launch shapes, %zu of them short; "
                  "%llu short launches timed again (with HP idle), %llu of them over the "
-                 "target; %llu shapes timed too long too often (held from then on)\n",
+                 "target; %llu shapes timed too long too often (not beside HP from then on; "
+                 "their form chosen again)\n",
                  (unsigned long long)Co.BesideLaunches.load(),
                  (unsigned long long)Co.BesideSmall.load(),
                  Cfg.Beside ? "" : " (off: TALLY_BESIDE=0)", OnlyShapes, OnlyShort,

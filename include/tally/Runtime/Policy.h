@@ -227,11 +227,12 @@ public:
   /// idle; one short launch in 16 is): \p Ns. When BesideRevokeOver of the
   /// last BesideCheckWindow such checks of \p K were longer than the
   /// target, its time depends on more than its shape: never beside again in
-  /// this process. One long check is not enough: a host stall between the
-  /// start event and the launch (seen on the GPU machines, hundreds of
-  /// microseconds) times a short kernel long now and then, and a long-lived
-  /// process would lose every shape to them. Returns whether this check
-  /// revoked \p K.
+  /// this process, and its form is chosen again (under MPS the original
+  /// and slices no longer count as within the target for it). One long
+  /// check is not enough: a host stall between the start event and the
+  /// launch (seen on the GPU machines, hundreds of microseconds) times a
+  /// short kernel long now and then, and a long-lived process would lose
+  /// every shape to them. Returns whether this check revoked \p K.
   bool besideChecked(const ProfileKey &K, uint64_t Ns);
   /// Of the checks so far, those over the target.
   uint64_t besideChecksOver() const { return ChecksOver; }

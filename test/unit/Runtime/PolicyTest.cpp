@@ -395,6 +395,43 @@ TEST(PolicyChoice, UnderMpsWithinTheTargetMeansBesideHp) {
   }
 }
 
+// Under MPS a shape whose original was chosen to run beside HP and then
+// timed too long too often (besideChecked revoked it) is chosen again: a
+// preemptible form, which runs beside HP, rather than an original held at
+// every launch. One decision entry per shape all the same.
+TEST(PolicyChoice, UnderMpsARevokedOriginalIsChosenAgain) {
+  PolicyConfig Mps;
+  Mps.Beside = true;
+  Policy P(Mps);
+  LaunchShape S = shape("revoked", 132 * 2);
+  Choice C = profile(P, S, [](const Choice &X) -> uint64_t {
+    return X.F == Form::Original ? 20 * Us : X.F == Form::Ptb && X.Workers == 132 ? 30 * Us
+                                                                                 : 36 * Us;
+  });
+  ASSERT_EQ(C.F, Form::Original);
+  ASSERT_TRUE(P.besideOk(S, C));
+  bool Revoked = false;
+  for (unsigned I = 0; I < Policy::BesideRevokeOver; ++I)
+    Revoked = P.besideChecked(S.Key, 200 * Us);
+  ASSERT_TRUE(Revoked);
+  EXPECT_FALSE(P.besideOk(S, C));
+  Choice Again = P.choose(S);
+  EXPECT_FALSE(Again.Measuring);
+  EXPECT_EQ(Again.F, Form::Ptb);
+  EXPECT_EQ(Again.Workers, 132u);
+  ASSERT_EQ(P.decisions().size(), 1u);
+  EXPECT_EQ(P.decisions()[0].Chosen, "ptb:w=132,c=1");
+  // Without MPS nothing runs beside HP: a revocation changes no choice.
+  Policy N;
+  Choice D = profile(N, S, [](const Choice &X) -> uint64_t {
+    return X.F == Form::Original ? 20 * Us : 30 * Us;
+  });
+  ASSERT_EQ(D.F, Form::Original);
+  for (unsigned I = 0; I < Policy::BesideRevokeOver; ++I)
+    N.besideChecked(S.Key, 200 * Us);
+  EXPECT_EQ(N.choose(S).F, Form::Original);
+}
+
 // Under MPS a decision's MeetsTarget for an original is besideOk's answer,
 // to the nanosecond, around the margin (31.6 us / 1.25 = 25.28 us).
 TEST(PolicyChoice, UnderMpsMeetsTargetIsBesideOk) {
