@@ -191,6 +191,7 @@ Choice Policy::choose(const LaunchShape &S) {
   Made.TurnaroundUs = turnaroundUs(S, C, Ms[Best].BestNs);
   Made.WaitUs = waitUs(S, C, Ms[Best].BestNs);
   Made.MeetsTarget = withinTarget(S, C, Ms[Best].BestNs);
+  Made.Short = double(waitNs(S, C, Ms[Best].BestNs)) <= Cfg.TurnaroundUs * 1e3;
   Made.OriginalOnly = Cands.size() == 1;
   // A shape chosen again (besideChecked revoked it) keeps one entry.
   auto Old = std::find_if(Decisions.begin(), Decisions.end(),
@@ -221,8 +222,10 @@ bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) co
   // hp-serve's requests of 8 one-wave kernels wait for BE blocks at each
   // kernel (H100, be-spin of 22 us blocks: HP p50 286 us against 225 with
   // PTB launches kept to half a wave).
-  return static_cast<uint64_t>(Turn * 1e3 * 1.25) + 1 <= Cfg.TurnaroundUs * 1e3;
+  return double(marginNs(Turn)) <= Cfg.TurnaroundUs * 1e3;
 }
+
+uint64_t Policy::marginNs(double Us) { return static_cast<uint64_t>(Us * 1e3 * 1.25) + 1; }
 
 uint64_t Policy::queuedWaitNs(const LaunchShape &S, const Choice &C) const {
   return C.F == Form::Slice ? 0 : measuredWaitNs(S, C);
@@ -236,7 +239,7 @@ uint64_t Policy::measuredWaitNs(const LaunchShape &S, const Choice &C) const {
 }
 
 uint64_t Policy::waitNs(const LaunchShape &S, const Choice &C, uint64_t Ns) const {
-  return static_cast<uint64_t>(waitUs(S, C, Ns) * 1e3 * 1.25) + 1;
+  return marginNs(waitUs(S, C, Ns));
 }
 
 bool Policy::besideOk(const LaunchShape &S, const Choice &C) const {

@@ -200,9 +200,7 @@ void Runtime::Impl::writeStats() {
     for (const Decision &D : Decisions) {
       if (D.OriginalOnly) {
         ++OnlyShapes;
-        // Policy::besideOk's rule (Policy::waitNs: a quarter more, 1 ns up).
-        OnlyShort += double(static_cast<uint64_t>(D.WaitUs * 1e3 * 1.25) + 1) <=
-                     Cfg.TurnaroundUs * 1e3;
+        OnlyShort += D.Short; // Policy::besideOk's rule
         continue;
       }
       Costs.push_back(D.costOverOriginal());

@@ -146,6 +146,9 @@ struct Decision {
   /// Within the turnaround target as choose() weighs it (withinTarget:
   /// under MPS an original or slices with a quarter to spare).
   bool MeetsTarget = false;
+  /// Its wait, with a quarter more, within the target: besideOk's rule as
+  /// of the choice (a later revocation aside).
+  bool Short = false;
   /// The shape had no candidate but the original (a kernel without
   /// variants): there was nothing to choose.
   bool OriginalOnly = false;
@@ -265,6 +268,9 @@ private:
   uint64_t measuredWaitNs(const LaunchShape &S, const Choice &C) const;
   /// waitUs for a launch taking \p Ns, in ns, with a quarter more.
   uint64_t waitNs(const LaunchShape &S, const Choice &C, uint64_t Ns) const;
+  /// \p Us in ns with a quarter more, rounded up: the margin of the rules
+  /// for running beside HP.
+  static uint64_t marginNs(double Us);
 
   PolicyConfig Cfg;
   ProfileCache *Cache;
