@@ -183,6 +183,12 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_MAX_HOLD_US", V, "microseconds from 0 to 10000000");
     C.MaxHoldUs = N;
   }
+  if (const char *V = GetEnv("TALLY_HP_WAIT_SHARE"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 100, N))
+      return Fail("TALLY_HP_WAIT_SHARE", V, "a percentage from 0 to 100");
+    C.HpWaitSharePercent = static_cast<uint32_t>(N);
+  }
   if (!Flag("TALLY_BESIDE", C.Beside))
     return C;
   if (const char *V = GetEnv("TALLY_BESIDE_PTB_PERCENT"); V && *V) {

@@ -701,9 +701,12 @@ __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxReset_v2(CUdev
     auto Fn = real<decltype(&Self)>(H);                                                     \
     if (!Fn)                                                                                \
       return CUDA_ERROR_NOT_INITIALIZED;                                                    \
-    if (Runtime *RT = Runtime::get())                                                       \
-      RT->waitPoint(Q);                                                                     \
-    return Fn A;                                                                            \
+    Runtime *RT = Runtime::get();                                                           \
+    uint64_t Start = RT ? RT->waitPoint(Q) : 0;                                             \
+    CUresult R = Fn A;                                                                      \
+    if (Start)                                                                              \
+      RT->waitDone(Q, Start, R);                                                            \
+    return R;                                                                               \
   }
 #define TALLY_WAIT(N, B, V0, V1, P, A, Q)                                                      \
   __attribute__((visibility("default"))) CUresult N P TALLY_WAIT_BODY(H_##N, N, A, Q)           \

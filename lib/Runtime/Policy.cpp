@@ -35,6 +35,8 @@ void Policy::observe(uint64_t Now, const HpObservation &O) {
     LastActive = std::max(LastActive, Now);
   Arrivals = O.Arrivals;
   SeenArrivals = true;
+  WaitKnown = O.WaitShareKnown;
+  WaitPermille = O.WaitPermille;
 }
 
 Policy::Mode Policy::mode(uint64_t Now) const {

@@ -423,18 +423,56 @@ void Runtime::streamGoing(CUstream S) {
     I->flushPendingLocked();
 }
 
-void Runtime::waitPoint(bool Poll) {
+uint64_t Runtime::waitPoint(bool Poll) {
   Coordination &Co = I->Co;
+  // Timed only while launches since the last wait make a request (a
+  // second wait, or a query with nothing issued, is not one).
+  const uint64_t Start = I->Cfg.Prio == Priority::High && Co.Usable &&
+                                 Co.SpanStartNs.load(std::memory_order_relaxed)
+                             ? monotonicNs()
+                             : 0;
   if (!Co.HpFlushWanted.load(std::memory_order_acquire))
-    return;
+    return Start;
   // A query between launches (an allocator asking about its events)
   // would otherwise cost a write per launch: only once they stopped.
   if (Poll && I->sinceHpLaunchNs() < I->burstQuietNs())
-    return;
+    return Start;
   std::unique_lock<std::recursive_mutex> G = I->lockIssue();
   if (Co.HpPending.Seq)
     I->flushPendingLocked();
   Co.HpFlushWanted.store(false, std::memory_order_release);
+  return Start;
+}
+
+void Runtime::waitDone(bool Poll, uint64_t Start, CUresult R) {
+  Coordination &Co = I->Co;
+  const uint64_t Now = monotonicNs();
+  uint64_t From = Start;
+  if (Poll) {
+    if (R == CUDA_ERROR_NOT_READY) {
+      // The program polls for its work: waiting from the first such look.
+      uint64_t None = 0;
+      Co.PollSinceNs.compare_exchange_strong(None, Start, std::memory_order_relaxed);
+      return;
+    }
+    // Found done without having looked in vain first: not the end of a
+    // wait (an allocator asking about an old event is not the request's
+    // end). A service whose first look finds its work done waited for
+    // nothing; its request goes on to the next wait, which errs towards
+    // counting the service launch bound less often, not more.
+    From = Co.PollSinceNs.exchange(0, std::memory_order_relaxed);
+    if (!From)
+      return;
+  } else {
+    Co.PollSinceNs.store(0, std::memory_order_relaxed);
+  }
+  const uint64_t Begun = Co.SpanStartNs.exchange(0, std::memory_order_relaxed);
+  if (!Begun || Begun > Now || From > Now)
+    return;
+  const uint64_t Span = Now - Begun;
+  Co.SpanSumNs.fetch_add(Span, std::memory_order_relaxed);
+  Co.WaitSumNs.fetch_add(std::min(Now - From, Span), std::memory_order_relaxed);
+  Co.Spans.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Runtime::contextGoing(CUcontext Ctx) {

@@ -295,6 +295,21 @@ struct Coordination {
   std::atomic<uint64_t> QueuedLaunches{0};
   /// Holds ended by the bound (Config::MaxHoldUs) rather than by HP idle.
   std::atomic<uint64_t> HoldsCut{0};
+  /// BE launches that started beside HP instead of waiting because every
+  /// HP process was launch bound (Policy::launchBound).
+  std::atomic<uint64_t> LaunchBoundStarts{0};
+  /// HP: this process's requests, as waits see them (waitDone): a span runs
+  /// from the first announced launch after a wait (SpanStartNs, 0: none
+  /// open) to the end of the next wait; the sums of the spans' lengths and
+  /// of their waits, and the start of a run of queries that found the work
+  /// not ready (PollSinceNs, 0: none). The heartbeat publishes the waits'
+  /// share of the spans, smoothed (WaitWin, SpanWin, its own).
+  std::atomic<uint64_t> SpanStartNs{0}, SpanSumNs{0}, WaitSumNs{0}, PollSinceNs{0};
+  std::atomic<uint64_t> Spans{0};
+  uint64_t SpanSeen = 0, WaitSeen = 0;
+  double SpanWin = 0, WaitWin = 0;
+  /// The last share published, permille (for the statistics); -1 none.
+  std::atomic<int> WaitPermille{-1};
   /// The queue budget in use (Config::QueueUs, or its default under MPS),
   /// set when the process joins; whether it is that default.
   std::atomic<uint64_t> QueueUs{0};
@@ -478,7 +493,9 @@ struct Runtime::Impl {
   /// Observes the HP processes now; returns whether HP is busy, and the
   /// mode in \p Mode if given, and in \p Widen whether a narrow PTB
   /// launch may take all its workers back (Policy::widen).
-  bool observeBusy(Policy::Mode *Mode, bool *Widen = nullptr);
+  bool observeBusy(Policy::Mode *Mode, bool *Widen = nullptr, bool *LaunchBound = nullptr);
+  /// HP: the heartbeat's update of this process's wait share.
+  void publishWaitShare();
   /// Is this BE process in Free mode? (Cached for FreeCacheNs.)
   bool freeMode();
   /// HP: Co.HpIssueMu taken by a program thread, spinning first (the

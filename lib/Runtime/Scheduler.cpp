@@ -192,6 +192,7 @@ void Runtime::Impl::coordinate(ContextState &C) {
       PC.WidenNs = Cfg.WidenUs * 1000;
       PC.BlocksFirst = BlocksFirst;
       PC.Beside = Co.Mps && Cfg.Beside;
+      PC.LaunchBoundPermille = Co.Mps && Cfg.Beside ? Cfg.HpWaitSharePercent * 10 : 0;
       if (Cfg.ProfileCache) {
         std::string Dir = ProfileCache::defaultDir([](const char *N) -> const char * {
           return std::getenv(N);
@@ -225,6 +226,8 @@ void Runtime::Impl::heartbeatLoop() {
     if (Co.HeartStop)
       break;
     bool Rejoined = false;
+    if (Cfg.Prio == Priority::High)
+      publishWaitShare();
     if (!Co.Seg->heartbeat(monotonicNs(), Rejoined))
       logf(LogLevel::Warn, "lost this process's slot in %s", Co.Seg->path().c_str());
     else if (Rejoined) {
@@ -247,6 +250,26 @@ void Runtime::Impl::heartbeatLoop() {
       }
     }
   }
+}
+
+/// HP, every heartbeat: the share of its requests' time this process
+/// spent waiting for the GPU (Runtime::waitDone), smoothed over about the
+/// last 200 ms (each 10 ms weighs 0.95 of the one after it), into the
+/// segment once 1 ms of requests has been seen: BE processes start their
+/// kernels beside a launch-bound service (Policy::launchBound).
+void Runtime::Impl::publishWaitShare() {
+  const uint64_t Span = Co.SpanSumNs.load(std::memory_order_relaxed);
+  const uint64_t Wait = Co.WaitSumNs.load(std::memory_order_relaxed);
+  Co.SpanWin = Co.SpanWin * 0.95 + double(Span - Co.SpanSeen);
+  Co.WaitWin = Co.WaitWin * 0.95 + double(Wait - Co.WaitSeen);
+  Co.SpanSeen = Span;
+  Co.WaitSeen = Wait;
+  if (Co.SpanWin < 1e6)
+    return;
+  const auto Permille =
+      static_cast<uint32_t>(std::min(1000.0, std::lround(1000.0 * Co.WaitWin / Co.SpanWin) * 1.0));
+  Co.Seg->setWaitShare(Permille);
+  Co.WaitPermille.store(int(Permille), std::memory_order_relaxed);
 }
 
 /// HP with --stats: watches this process's completion word and records,
@@ -350,10 +373,14 @@ HpObservation Runtime::Impl::observeHp(uint64_t Now) {
   O.HpProcesses = V.HpProcesses;
   O.Active = V.Active;
   O.Arrivals = V.Arrivals;
+  // An HP process time-sliced against this one is exposed to every BE
+  // kernel, whatever its share.
+  O.WaitShareKnown = V.WaitShareKnown && !OffMps;
+  O.WaitPermille = V.WaitPermille;
   return O;
 }
 
-bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen) {
+bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen, bool *LaunchBound) {
   uint64_t Now = monotonicNs();
   std::lock_guard<std::mutex> G(Co.PolMu);
   Co.Pol->observe(Now, observeHp(Now));
@@ -361,6 +388,8 @@ bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen) {
     *Mode = Co.Pol->mode(Now);
   if (Widen)
     *Widen = Co.Pol->widen(Now);
+  if (LaunchBound)
+    *LaunchBound = Co.Pol->launchBound();
   return Co.Pol->hpBusy(Now);
 }
 
@@ -451,6 +480,11 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   std::unique_lock<std::recursive_mutex> Issue = lockIssue();
   uint64_t LaunchedAt = monotonicNs();
   Co.HpLastLaunchNs.store(LaunchedAt, std::memory_order_relaxed);
+  // The first launch after a wait starts a request (Runtime::waitDone).
+  if (!Co.SpanStartNs.load(std::memory_order_relaxed)) {
+    uint64_t None = 0;
+    Co.SpanStartNs.compare_exchange_strong(None, LaunchedAt, std::memory_order_relaxed);
+  }
   if (Entered)
     Co.noteHpPart(Coordination::HpLock, LaunchedAt - Entered);
   uint64_t Seq = Co.Seg->hpLaunch(LaunchedAt);
@@ -704,7 +738,15 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
     bool Wait = Busy();
     if (!Wait && HpMatters && !LaunchHoldCut) {
       Policy::Mode Mode;
-      Wait = observeBusy(&Mode) && Mode == Policy::Mode::Guarded;
+      bool Bound = false;
+      Wait = observeBusy(&Mode, nullptr, &Bound) && Mode == Policy::Mode::Guarded;
+      if (Wait && Bound) {
+        // Every HP process is launch bound: it starts beside HP (as the
+        // original, as after --max-hold-us; launchBe).
+        LaunchHoldCut = true;
+        Wait = false;
+        Co.LaunchBoundStarts.fetch_add(1, std::memory_order_relaxed);
+      }
       if (Wait && !Start) {
         Start = monotonicNs();
         Co.Holds.fetch_add(1, std::memory_order_relaxed);
@@ -860,12 +902,21 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   std::lock_guard<std::mutex> BeLock(Co.BeMu);
   beginBeLaunch(); // this launch's bound on holds (--max-hold-us) starts afresh
   Policy::Mode Mode;
-  observeBusy(&Mode);
-  if (Mode == Policy::Mode::Free) {
+  bool Bound = false;
+  observeBusy(&Mode, nullptr, &Bound);
+  if (Mode == Policy::Mode::Free || (Bound && !Cfg.Forced)) {
     // No HP work to protect: the original at full speed, untracked; or the
     // forced form, launched as in one process (a PTB launch is still
-    // watched, in case HP arrives while it runs).
-    Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
+    // watched, in case HP arrives while it runs). Or every HP process is
+    // launch bound (Policy::launchBound): the original at full speed beside
+    // it too, as an MPS client of below-normal priority, whose blocks the
+    // GPU starts after HP's; neither held nor paced by the queue budget
+    // (measured with both: eager training beside an eager ResNet-50
+    // service kept 0.70 of its speed with the budget, 0.97 without).
+    if (Mode == Policy::Mode::Free)
+      Co.FullSpeed.fetch_add(1, std::memory_order_relaxed);
+    else
+      Co.LaunchBoundStarts.fetch_add(1, std::memory_order_relaxed);
     F = Cfg.Forced ? choose(K, A) : Form::Original;
     if (T)
       startTiming(*T, K, F, C, S);

@@ -86,14 +86,17 @@ struct RawSlot {
   A64 Finished;
   A64 LastLaunchNs;
   A64 Preemptions;
-  unsigned char Padding[56];
+  A32 WaitShare;
+  A32 Reserved;
+  unsigned char Padding[48];
 };
 static_assert(sizeof(RawSlot) == seg::SlotBytes, "slot layout");
 static_assert(offsetof(RawSlot, StartTime) == 16 &&
                   offsetof(RawSlot, Token) == 24 &&
                   offsetof(RawSlot, HeartbeatNs) == 32 &&
                   offsetof(RawSlot, Finished) == 48 &&
-                  offsetof(RawSlot, Preemptions) == 64,
+                  offsetof(RawSlot, Preemptions) == 64 &&
+                  offsetof(RawSlot, WaitShare) == 72,
               "slot layout");
 
 /// Files larger than this are not a segment of any version we could grow
@@ -191,6 +194,7 @@ bool slotOk(const RawSlot &S, unsigned I, std::string *Why) {
 HpView viewOf(const unsigned char *Base, size_t Size, uint64_t NowNs,
               uint64_t StaleNs) {
   HpView V;
+  bool WaitUnknown = false;
   if (Size < HeaderBytes || !headerOk(headerOf(Base), nullptr))
     return V;
   size_t N = std::min<size_t>(SlotCount, (Size - HeaderBytes) / SlotBytes);
@@ -218,7 +222,17 @@ HpView viewOf(const unsigned char *Base, size_t Size, uint64_t NowNs,
       ++V.HpWithoutMps;
     V.LastLaunchNs = std::max(V.LastLaunchNs,
                               S.LastLaunchNs.load(std::memory_order_relaxed));
+    // Permille plus one; 0 (not measured yet, or a writer that predates
+    // the field) and anything past 1001 read as unknown.
+    uint32_t W = S.WaitShare.load(std::memory_order_relaxed);
+    if (W == 0 || W > 1001)
+      WaitUnknown = true;
+    else
+      V.WaitPermille = std::max(V.WaitPermille, W - 1);
   }
+  V.WaitShareKnown = V.HpProcesses > 0 && !WaitUnknown;
+  if (!V.WaitShareKnown)
+    V.WaitPermille = 0;
   return V;
 }
 
@@ -256,6 +270,7 @@ void zeroFields(RawSlot &S) {
   S.Finished.store(0, std::memory_order_relaxed);
   S.LastLaunchNs.store(0, std::memory_order_relaxed);
   S.Preemptions.store(0, std::memory_order_relaxed);
+  S.WaitShare.store(0, std::memory_order_relaxed);
 }
 
 /// Frees a slot seen in state \p From (live or invalid). False when it
@@ -612,6 +627,7 @@ int Segment::claim(SegPriority P, uint64_t NowNs, int Preferred,
     S.Finished.store(SeqBase, std::memory_order_relaxed);
     S.LastLaunchNs.store(0, std::memory_order_relaxed);
     S.Preemptions.store(0, std::memory_order_relaxed);
+    S.WaitShare.store(0, std::memory_order_relaxed);
     Expected = StateClaiming;
     // Fails only if this thread stalled so long that a reclaimer took the
     // slot for abandoned; it may be someone else's by now.
@@ -808,6 +824,15 @@ void Segment::addPreemption() {
     S.Preemptions.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Segment::setWaitShare(uint32_t Permille) {
+  int I = Slot.load(std::memory_order_acquire);
+  if (I < 0)
+    return;
+  RawSlot &S = slotOf(Base, unsigned(I));
+  if (S.Token.load(std::memory_order_relaxed) == Token.load(std::memory_order_acquire))
+    S.WaitShare.store(std::min<uint32_t>(Permille, 1000) + 1, std::memory_order_relaxed);
+}
+
 void Segment::setFlags(uint32_t F) {
   std::lock_guard<std::mutex> G(Mutex);
   OwnFlags.store(F, std::memory_order_relaxed);
@@ -840,6 +865,7 @@ std::vector<SlotInfo> Segment::slots() const {
     Info.Finished = S.Finished.load(std::memory_order_relaxed);
     Info.LastLaunchNs = S.LastLaunchNs.load(std::memory_order_relaxed);
     Info.Preemptions = S.Preemptions.load(std::memory_order_relaxed);
+    Info.WaitShare = S.WaitShare.load(std::memory_order_relaxed);
     Out.push_back(Info);
   }
   return Out;

@@ -252,6 +252,19 @@ void Runtime::Impl::writeStats() {
                      Co.HpSlowest[Coordination::HpDriver].load() / 1e3,
                      (unsigned long long)Co.HpSlow[Coordination::HpCompletion].load(),
                      Co.HpSlowest[Coordination::HpCompletion].load() / 1e3);
+      {
+        const uint64_t Spans = Co.Spans.load(), SpanNs = Co.SpanSumNs.load();
+        const int Pub = Co.WaitPermille.load();
+        char Published[64] = "none (under 1 ms of requests seen)";
+        if (Pub >= 0)
+          std::snprintf(Published, sizeof Published, "%.1f %%", Pub / 10.0);
+        std::fprintf(E,
+                     "tally: requests (launches up to a wait): %llu, %.1f %% of their time "
+                     "waiting for the GPU; share last published %s\n",
+                     (unsigned long long)Spans,
+                     SpanNs ? 100.0 * double(Co.WaitSumNs.load()) / double(SpanNs) : 0.0,
+                     Published);
+      }
       if (!Turn.empty())
         std::fprintf(E,
                      "tally: HP turnaround (launch call to completion seen) over %zu launches: "
@@ -274,6 +287,12 @@ void Runtime::Impl::writeStats() {
                    (unsigned long long)Co.SmallGrid[0].load(),
                    (unsigned long long)Co.SmallGrid[1].load(),
                    (unsigned long long)Co.SmallGrid[2].load(), Co.Mps ? "; MPS on" : "; no MPS");
+  if (Co.Usable && Cfg.Prio != Priority::High && Co.Pol &&
+      Co.Pol->config().LaunchBoundPermille && Co.Pol->config().BlocksFirst)
+    std::fprintf(E,
+                 "tally: %llu launches started beside HP instead of waiting, every HP process "
+                 "waiting for the GPU less than %u %% of its requests' time (--hp-wait-share)\n",
+                 (unsigned long long)Co.LaunchBoundStarts.load(), Cfg.HpWaitSharePercent);
   if (Co.Usable && Cfg.Prio != Priority::High && Co.HeldNs.load()) {
     // The kernels whose launches waited for HP longest (JSON: per kernel).
     std::vector<const Row *> Held;
@@ -384,6 +403,9 @@ void Runtime::Impl::writeStats() {
                "\"queue_us\": %llu, \"queue_default\": %s, \"queued_launches\": %llu, "
                "\"max_hold_us\": %llu, "
                "\"holds_cut\": %llu, "
+               "\"hp_wait_share_percent\": %u, \"launch_bound_starts\": %llu, "
+               "\"hp_requests\": %llu, \"hp_request_ms\": %.6f, \"hp_wait_ms\": %.6f, "
+               "\"hp_wait_permille_published\": %d, "
                "\"beside\": {\"enabled\": %s, \"hp_without_mps_seen\": %s, \"launches\": %llu, "
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
                "\"small_launches\": %llu, \"checks\": %llu, \"checks_over\": %llu, "
@@ -407,7 +429,11 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Co.QueueUs.load(),
                Co.QueueDefault ? "true" : "false",
                (unsigned long long)Co.QueuedLaunches.load(), (unsigned long long)Cfg.MaxHoldUs,
-               (unsigned long long)Co.HoldsCut.load(), Co.Mps && Cfg.Beside ? "true" : "false",
+               (unsigned long long)Co.HoldsCut.load(), Cfg.HpWaitSharePercent,
+               (unsigned long long)Co.LaunchBoundStarts.load(),
+               (unsigned long long)Co.Spans.load(), Co.SpanSumNs.load() / 1e6,
+               Co.WaitSumNs.load() / 1e6, Co.WaitPermille.load(),
+               Co.Mps && Cfg.Beside ? "true" : "false",
                Co.HpOffMpsSeen.load() ? "true" : "false",
                (unsigned long long)Co.BesideLaunches.load(), OnlyShapes, OnlyShort,
                (unsigned long long)Co.BesideSmall.load(),

@@ -433,6 +433,15 @@ int main(int Argc, char **Argv) {
                   "cannot be stopped otherwise wait most of the time; an arriving HP kernel "
                   "may then wait for such a kernel's blocks")
       ->check(CLI::Range(0u, 10000000u));
+  unsigned HpWaitShare = 0;
+  Run->add_option("--hp-wait-share", HpWaitShare,
+                  "best-effort, under MPS as a client of below-normal priority: while every HP "
+                  "process waits for the GPU less than this percentage of its requests' time "
+                  "(a launch-bound service, such as eager PyTorch at batch 1), kernels that "
+                  "would wait for HP to be idle start beside it, and the GPU's block priority "
+                  "keeps them out of HP's way; 0: they always wait (default " +
+                      std::to_string(tally::rt::Config{}.HpWaitSharePercent) + ")")
+      ->check(CLI::Range(0u, 100u));
   bool NoBeside = false;
   Run->add_flag("--no-beside", NoBeside,
                 "best-effort: under MPS, every kernel waits for HP to be idle, none runs "
@@ -595,6 +604,8 @@ int main(int Argc, char **Argv) {
     Set("TALLY_QUEUE_US", std::to_string(QueueUs));
   if (Run->count("--max-hold-us"))
     Set("TALLY_MAX_HOLD_US", std::to_string(MaxHoldUs));
+  if (Run->count("--hp-wait-share"))
+    Set("TALLY_HP_WAIT_SHARE", std::to_string(HpWaitShare));
   if (NoBeside)
     Set("TALLY_BESIDE", "0");
   // Under MPS, the hardware's own priority between clients: a BE process's

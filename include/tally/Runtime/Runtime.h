@@ -99,8 +99,15 @@ public:
   /// HP completion pending for the burst so far is written now, on this
   /// thread (nothing to do elsewhere: one atomic load). \p Poll: the call
   /// only asks (a query, also made between launches): written only once
-  /// launches have stopped for half a burst.
-  void waitPoint(bool Poll);
+  /// launches have stopped for half a burst. Returns the time (monotonic
+  /// ns) to hand to waitDone after the call when an HP process times this
+  /// wait (its launches since the last wait make a request), else 0.
+  uint64_t waitPoint(bool Poll);
+  /// After that call, with waitPoint's non-zero time \p Start and the
+  /// call's result \p R: an HP process notes how long its request waited
+  /// for the GPU (a query that found the work not ready starts a wait; the
+  /// first one that found it done ends it).
+  void waitDone(bool Poll, uint64_t Start, CUresult R);
 
   /// Around a call of BlockingCalls.def made by a program thread: such a
   /// call may wait for GPU work holding the driver's lock, so no preemption

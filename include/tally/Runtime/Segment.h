@@ -43,7 +43,14 @@
 //       48     8  Finished: highest completed sequence number
 //       56     8  LastLaunchNs: CLOCK_MONOTONIC of the latest HP launch
 //       64     8  Preemptions: BE preemptions (informational)
-//       72    56  padding
+//       72     4  WaitShare: an HP process's share of its requests' time
+//                  spent waiting for the GPU (Runtime: from its first launch
+//                  after a wait to the end of the next wait), in permille
+//                  plus one (1 to 1001), smoothed over about 200 ms; 0 not
+//                  measured yet (also every writer before 2026-11-25: the
+//                  field was padding); larger values are invalid and read
+//                  as unknown
+//       76    52  padding
 //
 // The file is 8256 bytes rounded up to whole pages; it is created with mode
 // 0600, checked (owner, regular file, mode) and initialised under
@@ -98,6 +105,11 @@ struct HpView {
   /// Live HP slots with FlagNoMps: processes that are not MPS clients, so
   /// that BE kernels beside theirs are time-sliced against them.
   unsigned HpWithoutMps = 0;
+  /// Every live HP slot has a valid WaitShare (and there is one).
+  bool WaitShareKnown = false;
+  /// The largest WaitShare over live HP slots, in permille (0 to 1000);
+  /// 0 when not WaitShareKnown.
+  uint32_t WaitPermille = 0;
 };
 
 /// One slot as read (for `tally status`-like listings and tests). The fields
@@ -108,6 +120,8 @@ struct SlotInfo {
   SegPriority Prio;
   uint32_t Pid;
   uint64_t HeartbeatNs, Started, Finished, LastLaunchNs, Preemptions;
+  /// As stored: permille plus one, 0 unknown.
+  uint32_t WaitShare = 0;
 };
 
 /// Layout constants of version 1 (see the file comment).
@@ -184,6 +198,9 @@ public:
   size_t mappingBytes() const;
   /// BE: counts a preemption in this process's slot (informational).
   void addPreemption();
+  /// HP: publishes this process's share of its requests' time spent
+  /// waiting for the GPU, in permille (clamped to 1000).
+  void setWaitShare(uint32_t Permille);
   /// This process's slot flags (seg::FlagNoMps), kept across a re-join.
   void setFlags(uint32_t F);
 

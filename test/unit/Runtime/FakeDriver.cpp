@@ -29,6 +29,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <unistd.h>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -545,12 +546,26 @@ FAKE CUresult cuStreamDestroy_v2(CUstream St) {
   S().Dead.insert(reinterpret_cast<uintptr_t>(St));
   return CUDA_SUCCESS;
 }
+/// A stream synchronisation takes this long (the GPU still working).
+static std::atomic<unsigned> SyncDelayUs{0};
+/// The next this many stream queries find the work not ready.
+static std::atomic<int> QueriesNotReady{0};
+FAKE void fake_sync_delay_us(unsigned Us) { SyncDelayUs = Us; }
+FAKE void fake_queries_not_ready(int N) { QueriesNotReady = N; }
 FAKE CUresult cuStreamSynchronize(CUstream St) {
+  if (unsigned Us = SyncDelayUs.load())
+    usleep(Us);
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   finishPending(St, false);
   return CUDA_SUCCESS;
 }
-FAKE CUresult cuStreamQuery(CUstream St) { return cuStreamSynchronize(St); }
+FAKE CUresult cuStreamQuery(CUstream St) {
+  if (QueriesNotReady.load() > 0 && QueriesNotReady.fetch_sub(1) > 0)
+    return CUDA_ERROR_NOT_READY;
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  finishPending(St, false);
+  return CUDA_SUCCESS;
+}
 FAKE CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) {
   std::lock_guard<std::mutex> DL(driverLock());
   return CUDA_SUCCESS;

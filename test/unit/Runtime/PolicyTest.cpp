@@ -131,6 +131,51 @@ TEST(PolicyModes, CustomWindows) {
   EXPECT_EQ(P.mode(16 * Ms), Policy::Mode::Free);
 }
 
+HpObservation waiting(unsigned Procs, bool Active, uint64_t Arrivals, bool Known,
+                      uint32_t Permille) {
+  HpObservation O = hp(Procs, Active, Arrivals);
+  O.WaitShareKnown = Known;
+  O.WaitPermille = Permille;
+  return O;
+}
+
+// As a below-normal-priority MPS client, BE starts beside HP while every HP
+// process is launch bound (its published wait share below the threshold):
+// at the threshold, unknown, or without client priority, it waits as
+// before; the threshold 0 turns the rule off.
+TEST(PolicyModes, LaunchBoundHpIsNotWaitedFor) {
+  PolicyConfig C;
+  C.BlocksFirst = true;
+  C.LaunchBoundPermille = 250;
+  Policy P(C);
+  EXPECT_FALSE(P.launchBound()); // nothing observed yet
+  P.observe(1 * Ms, waiting(1, true, 1, true, 3));
+  EXPECT_TRUE(P.launchBound());
+  EXPECT_TRUE(P.hpBusy(1 * Ms)); // still busy: only the hold is waived
+  EXPECT_EQ(P.mode(1 * Ms), Policy::Mode::Guarded);
+  P.observe(2 * Ms, waiting(1, true, 2, true, 249));
+  EXPECT_TRUE(P.launchBound());
+  P.observe(3 * Ms, waiting(1, true, 3, true, 250));
+  EXPECT_FALSE(P.launchBound()); // GPU bound enough: held
+  P.observe(4 * Ms, waiting(2, true, 4, false, 0));
+  EXPECT_FALSE(P.launchBound()); // one HP process's share unknown
+  P.observe(5 * Ms, waiting(0, false, 0, true, 0));
+  EXPECT_FALSE(P.launchBound()); // no HP process: Free mode's business
+  P.observe(6 * Ms, waiting(1, true, 5, true, 3));
+  EXPECT_TRUE(P.launchBound());
+
+  PolicyConfig NoPrio = C;
+  NoPrio.BlocksFirst = false; // time-sliced or normal priority: every BE
+  Policy Q(NoPrio);           // kernel is in HP's way
+  Q.observe(1 * Ms, waiting(1, true, 1, true, 3));
+  EXPECT_FALSE(Q.launchBound());
+  PolicyConfig Off = C;
+  Off.LaunchBoundPermille = 0;
+  Policy R(Off);
+  R.observe(1 * Ms, waiting(1, true, 1, true, 0));
+  EXPECT_FALSE(R.launchBound());
+}
+
 //===----------------------------------------------------------------------===//
 // Candidates and turnaround estimates
 //===----------------------------------------------------------------------===//

@@ -53,6 +53,8 @@ void fake_hold_events(int On);
 void fake_slow_events(int N);
 void fake_hold_ptb(int On);
 void fake_launch_delay_us(unsigned Us);
+void fake_sync_delay_us(unsigned Us);
+void fake_queries_not_ready(int N);
 void fake_sync();
 unsigned fake_open_ptb_launches();
 void fake_release_destroys();
@@ -852,6 +854,48 @@ TEST(ScheduleBe, AHoldEndsAtTheBound) {
   EXPECT_EQ(countPrefix("launch be_bound grid=40x1x1"), 1u) << "cut, it did not run the original";
 }
 
+// As an MPS client of below-normal priority (FAKE_MPS=1,
+// CUDA_MPS_CLIENT_PRIORITY=1 in its ctest), a BE launch made while HP works
+// starts at once, as the original, while the HP process says it waits for
+// the GPU for under --hp-wait-share (25 %) of its requests' time; at 60 %
+// it waits for HP as before. TEST_SHARE_OFF=1 (with TALLY_HP_WAIT_SHARE=0):
+// it always waits.
+TEST(ScheduleBe, LaunchBoundHpIsNotWaitedFor) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  const char *Off = std::getenv("TEST_SHARE_OFF");
+  const bool RuleOff = Off && !std::strcmp(Off, "1");
+  Module M("be_launch_bound");
+  beAlive(*Hp, 20);
+  Hp->setWaitShare(10); // 1 %: launch bound
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  fake_log_clear();
+  if (RuleOff) {
+    expectHeldUntilHpIdle(*Hp, Seq, M.K, "held, the rule off");
+  } else {
+    std::vector<int> Out(40);
+    EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "waited for a launch-bound HP";
+    Hp->hpFinished(Seq);
+    fake_sync();
+    expectEachBlockOnce(Out);
+    EXPECT_EQ(countPrefix("launch be_launch_bound grid=40x1x1"), 1u) << "not the original";
+  }
+  // GPU bound: held until HP is idle.
+  Hp->setWaitShare(600);
+  Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  expectHeldUntilHpIdle(*Hp, Seq, M.K, "not held for a GPU-bound HP");
+  // Launch bound again, one HP process more whose share is not known: held.
+  auto Hp2 = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp2);
+  std::atomic<bool> Stop{false};
+  std::thread Alive2([&] { beAlive(*Hp2, 5000, &Stop); }); // live all along
+  Hp->setWaitShare(10);
+  Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  expectHeldUntilHpIdle(*Hp, Seq, M.K, "not held with an HP process of unknown share");
+  Stop = true;
+  Alive2.join();
+}
+
 // With a queue budget (TALLY_QUEUE_US=70 in its ctest): once the kernel's
 // forms are measured, launches made while HP is idle queue behind earlier
 // ones that have not ended, as long as what they may make HP wait (the
@@ -1520,6 +1564,64 @@ TEST(ScheduleHpBurst, AWaitWritesThePendingCompletion) {
       << "the wait did not write the pending completion";
   ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
   EXPECT_EQ(completionWrites().size(), 2u) << "a wait with nothing pending wrote";
+  EXPECT_TRUE(waitIdle(*Other));
+}
+
+// An HP process publishes the share of its requests' time (from its first
+// launch after a wait to the end of the next wait) spent waiting for the
+// GPU: near 0 for requests of host work and a quick wait, high for
+// requests that wait milliseconds in cuStreamSynchronize, or poll with
+// queries that find the work not ready; smoothed, it follows the change
+// within a few hundred milliseconds.
+TEST(ScheduleHpBurst, TheWaitShareIsPublished) {
+  auto Other = otherProcess(tally::rt::SegPriority::BestEffort);
+  ASSERT_TRUE(Other);
+  Module M("hp_wait_share");
+  CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x318));
+  std::vector<int> Out(4);
+  auto Share = [&] {
+    beAlive(*Other, 30); // two heartbeats of this process's runtime
+    tally::rt::HpView V = Other->hpView(tally::rt::monotonicNs());
+    EXPECT_TRUE(V.WaitShareKnown);
+    return V.WaitShareKnown ? int(V.WaitPermille) : -1;
+  };
+  auto HostBound = [&] {
+    for (int I = 0; I < 120; ++I) {
+      ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+      usleep(2000); // the host's work of the request
+      ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
+      usleep(300); // between requests: not part of one
+    }
+  };
+  HostBound();
+  int Low = Share();
+  EXPECT_GE(Low, 0);
+  EXPECT_LT(Low, 100) << "host-bound requests";
+  fake_sync_delay_us(3000);
+  for (int I = 0; I < 120; ++I) {
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
+    usleep(300);
+  }
+  fake_sync_delay_us(0);
+  // (The smoothing still remembers some of the phase before: the bounds
+  // leave room for that, not for a share that did not move.)
+  EXPECT_GT(Share(), 500) << "requests waiting in cuStreamSynchronize";
+  HostBound();
+  EXPECT_LT(Share(), 250) << "host-bound again";
+  for (int I = 0; I < 120; ++I) {
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+    fake_queries_not_ready(3);
+    while (cuStreamQuery(S) == CUDA_ERROR_NOT_READY)
+      usleep(1000);
+    usleep(300);
+  }
+  EXPECT_GT(Share(), 500) << "requests polling for their work";
+  // A query that finds the work done at once ends no request: the one
+  // begun by the launch goes on to the next wait.
+  ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamQuery(S), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
   EXPECT_TRUE(waitIdle(*Other));
 }
 

@@ -116,6 +116,21 @@ set_tests_properties(runtime-schedule-queue PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+# A launch-bound HP process (its published wait share under
+# --hp-wait-share) is not waited for by a below-normal-priority MPS client;
+# with the rule off (0) it is.
+add_test(NAME runtime-schedule-launch-bound COMMAND RuntimeTests --gtest_filter=ScheduleBe.LaunchBoundHpIsNotWaitedFor)
+set_tests_properties(runtime-schedule-launch-bound PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-launch-bound;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;CUDA_MPS_CLIENT_PRIORITY=1"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "tally: 1 launches started beside HP instead of waiting, every HP process waiting for the GPU less than 25 % of its requests' time"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-launch-bound-off COMMAND RuntimeTests --gtest_filter=ScheduleBe.LaunchBoundHpIsNotWaitedFor)
+set_tests_properties(runtime-schedule-launch-bound-off PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-launch-bound-off;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;CUDA_MPS_CLIENT_PRIORITY=1;TALLY_HP_WAIT_SHARE=0;TEST_SHARE_OFF=1"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "PASSED"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|started beside HP instead of waiting")
 # Without TALLY_QUEUE_US: an MPS client of below-normal priority queues
 # within the default budget (200 us: six launches of 31.25 us); at normal
 # priority, or with the budget given as 0, one launch at a time.

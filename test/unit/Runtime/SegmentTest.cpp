@@ -724,6 +724,57 @@ TEST_F(SegmentTest, RejoinsAfterItsSlotWasWiped) {
   EXPECT_FALSE(Rejoined);
 }
 
+// An HP process's wait share: published in permille plus one; BE sees the
+// largest over live HP slots, known only when every one has published a
+// valid value (0, an older writer's padding, and values past 1001 are
+// unknown); a BE slot's field counts for nothing; a re-join clears it.
+TEST_F(SegmentTest, WaitShareOfHpProcesses) {
+  std::unique_ptr<Segment> A = openOK(), B = openOK(), Be = openOK();
+  ASSERT_TRUE(A && B && Be);
+  std::string Error;
+  ASSERT_TRUE(Be->join(SegPriority::BestEffort, T0, Error)) << Error;
+  EXPECT_FALSE(Be->hpView(T0).WaitShareKnown); // no HP process
+  ASSERT_TRUE(A->join(SegPriority::High, T0, Error)) << Error;
+  EXPECT_FALSE(Be->hpView(T0).WaitShareKnown); // not published yet
+  A->setWaitShare(12);
+  HpView V = Be->hpView(T0);
+  EXPECT_TRUE(V.WaitShareKnown);
+  EXPECT_EQ(V.WaitPermille, 12u);
+  A->setWaitShare(0);
+  EXPECT_TRUE(Be->hpView(T0).WaitShareKnown); // 0 permille is a share
+  EXPECT_EQ(Be->hpView(T0).WaitPermille, 0u);
+  A->setWaitShare(5000); // clamped
+  EXPECT_EQ(Be->hpView(T0).WaitPermille, 1000u);
+  ASSERT_TRUE(B->join(SegPriority::High, T0, Error)) << Error;
+  EXPECT_FALSE(Be->hpView(T0).WaitShareKnown); // B has not published
+  EXPECT_EQ(Be->hpView(T0).WaitPermille, 0u);
+  A->setWaitShare(30);
+  B->setWaitShare(700);
+  EXPECT_EQ(Be->hpView(T0).WaitPermille, 700u); // the largest
+  Be->setWaitShare(999);                        // a BE slot's: ignored
+  EXPECT_EQ(Be->hpView(T0).WaitPermille, 700u);
+  const off_t WaitOff = 72;
+  writeAt<uint32_t>(slotOff(unsigned(slotOf(*B))) + WaitOff, 1002); // invalid
+  EXPECT_FALSE(Be->hpView(T0).WaitShareKnown);
+  writeAt<uint32_t>(slotOff(unsigned(slotOf(*B))) + WaitOff, 1); // 0 permille
+  EXPECT_TRUE(Be->hpView(T0).WaitShareKnown);
+  EXPECT_EQ(Be->hpView(T0).WaitPermille, 30u);
+  // Wiped: the re-join starts unknown until the next publication.
+  int BSlot = slotOf(*B);
+  for (off_t Off = 0; Off < seg::SlotBytes; Off += 8)
+    writeAt<uint64_t>(slotOff(unsigned(BSlot)) + Off, 0);
+  bool Rejoined = false;
+  ASSERT_TRUE(B->heartbeat(T0 + 1, Rejoined));
+  EXPECT_TRUE(Rejoined);
+  EXPECT_FALSE(Be->hpView(T0 + 1).WaitShareKnown);
+  B->setWaitShare(40);
+  EXPECT_EQ(Be->hpView(T0 + 1).WaitPermille, 40u);
+  // Gone stale: B no longer counts.
+  ASSERT_TRUE(A->heartbeat(T0 + 2 * Opts.StaleNs, Rejoined));
+  ASSERT_TRUE(Be->heartbeat(T0 + 2 * Opts.StaleNs, Rejoined));
+  EXPECT_EQ(Be->hpView(T0 + 2 * Opts.StaleNs).WaitPermille, 30u);
+}
+
 // An HP process that is no MPS client says so in its slot (set before or
 // after joining, kept across a re-join); BE processes count such slots;
 // a BE slot's flags, and unknown bits, count for nothing.
