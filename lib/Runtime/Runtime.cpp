@@ -427,10 +427,8 @@ uint64_t Runtime::waitPoint(bool Poll) {
   Coordination &Co = I->Co;
   // Timed only while launches since the last wait make a request (a
   // second wait, or a query with nothing issued, is not one).
-  const uint64_t Start = I->Cfg.Prio == Priority::High && Co.Usable &&
-                                 Co.SpanStartNs.load(std::memory_order_relaxed)
-                             ? monotonicNs()
-                             : 0;
+  const uint64_t Start =
+      I->Cfg.Prio == Priority::High && Co.Usable && hpThreadSpan().StartNs ? monotonicNs() : 0;
   if (!Co.HpFlushWanted.load(std::memory_order_acquire))
     return Start;
   // A query between launches (an allocator asking about its events)
@@ -446,13 +444,14 @@ uint64_t Runtime::waitPoint(bool Poll) {
 
 void Runtime::waitDone(bool Poll, uint64_t Start, CUresult R) {
   Coordination &Co = I->Co;
+  HpThreadSpan &T = hpThreadSpan();
   const uint64_t Now = monotonicNs();
   uint64_t From = Start;
   if (Poll) {
     if (R == CUDA_ERROR_NOT_READY) {
       // The program polls for its work: waiting from the first such look.
-      uint64_t None = 0;
-      Co.PollSinceNs.compare_exchange_strong(None, Start, std::memory_order_relaxed);
+      if (!T.PollSinceNs)
+        T.PollSinceNs = Start;
       return;
     }
     // Found done without having looked in vain first: not the end of a
@@ -460,16 +459,25 @@ void Runtime::waitDone(bool Poll, uint64_t Start, CUresult R) {
     // end). A service whose first look finds its work done waited for
     // nothing; its request goes on to the next wait, which errs towards
     // counting the service launch bound less often, not more.
-    From = Co.PollSinceNs.exchange(0, std::memory_order_relaxed);
+    From = T.PollSinceNs;
+    T.PollSinceNs = 0;
     if (!From)
       return;
   } else {
-    Co.PollSinceNs.store(0, std::memory_order_relaxed);
+    T.PollSinceNs = 0;
   }
-  const uint64_t Begun = Co.SpanStartNs.exchange(0, std::memory_order_relaxed);
+  const uint64_t Begun = T.StartNs;
+  T.StartNs = 0;
   if (!Begun || Begun > Now || From > Now)
     return;
   const uint64_t Span = Now - Begun;
+  if (Span > Coordination::MaxSpanNs) {
+    // Its waits were not all seen (a blocking copy, a spin on host
+    // memory): its length says nothing of the host's share.
+    Co.SpanLostNs.store(Now, std::memory_order_relaxed);
+    return;
+  }
+  Co.LastSpanEndNs.store(Now, std::memory_order_relaxed);
   Co.SpanSumNs.fetch_add(Span, std::memory_order_relaxed);
   Co.WaitSumNs.fetch_add(std::min(Now - From, Span), std::memory_order_relaxed);
   Co.Spans.fetch_add(1, std::memory_order_relaxed);

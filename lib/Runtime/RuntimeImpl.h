@@ -208,6 +208,18 @@ struct PendingMeasure {
 };
 
 /// Cross-process scheduling (Scheduler.cpp).
+/// HP: the request a thread is in, as its waits see it (Runtime::waitDone):
+/// from its first announced launch after its last wait (StartNs, 0: none),
+/// and the start of a run of its queries that found the work not ready
+/// (PollSinceNs, 0: none).
+struct HpThreadSpan {
+  uint64_t StartNs = 0, PollSinceNs = 0;
+};
+inline HpThreadSpan &hpThreadSpan() {
+  static thread_local HpThreadSpan S;
+  return S;
+}
+
 struct Coordination {
   std::once_flag Once;
   std::atomic<bool> Usable{false};
@@ -298,15 +310,17 @@ struct Coordination {
   /// BE launches that started beside HP instead of waiting because every
   /// HP process was launch bound (Policy::launchBound).
   std::atomic<uint64_t> LaunchBoundStarts{0};
-  /// HP: this process's requests, as waits see them (waitDone): a span runs
-  /// from the first announced launch after a wait (SpanStartNs, 0: none
-  /// open) to the end of the next wait; the sums of the spans' lengths and
-  /// of their waits, and the start of a run of queries that found the work
-  /// not ready (PollSinceNs, 0: none). The heartbeat publishes the waits'
-  /// share of the spans, smoothed (WaitWin, SpanWin, its own).
-  std::atomic<uint64_t> SpanStartNs{0}, SpanSumNs{0}, WaitSumNs{0}, PollSinceNs{0};
-  std::atomic<uint64_t> Spans{0};
-  uint64_t SpanSeen = 0, WaitSeen = 0;
+  /// HP: this process's requests, as waits see them (waitDone; each
+  /// thread's own, HpThreadSpan): the sums of the requests' lengths and of
+  /// their waits, how many, and when the last one ended (LastSpanEndNs).
+  /// A request longer than MaxSpanNs was not seen whole (its waits were
+  /// elsewhere): the share is unknown until requests are seen again
+  /// (SpanLostNs: when). The heartbeat publishes the waits' share of the
+  /// requests, smoothed (WaitWin, SpanWin, LastPublishNs: its own).
+  std::atomic<uint64_t> SpanSumNs{0}, WaitSumNs{0}, Spans{0}, LastSpanEndNs{0},
+      SpanLostNs{0};
+  static constexpr uint64_t MaxSpanNs = 200'000'000;
+  uint64_t SpanSeen = 0, WaitSeen = 0, LastPublishNs = 0;
   double SpanWin = 0, WaitWin = 0;
   /// The last share published, permille (for the statistics); -1 none.
   std::atomic<int> WaitPermille{-1};

@@ -29,6 +29,7 @@
 
 #include "RuntimeImpl.h"
 
+#include <cmath>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -258,12 +259,33 @@ void Runtime::Impl::heartbeatLoop() {
 /// segment once 1 ms of requests has been seen: BE processes start their
 /// kernels beside a launch-bound service (Policy::launchBound).
 void Runtime::Impl::publishWaitShare() {
+  const uint64_t Now = monotonicNs();
   const uint64_t Span = Co.SpanSumNs.load(std::memory_order_relaxed);
   const uint64_t Wait = Co.WaitSumNs.load(std::memory_order_relaxed);
-  Co.SpanWin = Co.SpanWin * 0.95 + double(Span - Co.SpanSeen);
-  Co.WaitWin = Co.WaitWin * 0.95 + double(Wait - Co.WaitSeen);
+  // Weighed by time, not by heartbeats (which may come late): 0.95 per
+  // 10 ms.
+  const double Dt = Co.LastPublishNs && Now > Co.LastPublishNs ? double(Now - Co.LastPublishNs) : 1e7;
+  const double Decay = std::exp(Dt / 1e7 * std::log(0.95));
+  Co.LastPublishNs = Now;
+  Co.SpanWin = Co.SpanWin * Decay + double(Span - Co.SpanSeen);
+  Co.WaitWin = Co.WaitWin * Decay + double(Wait - Co.WaitSeen);
   Co.SpanSeen = Span;
   Co.WaitSeen = Wait;
+  // Not known: a request was too long to have been seen whole, or this
+  // process launches but no request has ended for MaxSpanNs (it waits in
+  // ways the runtime does not see). The share starts afresh after that.
+  const uint64_t Lost = Co.SpanLostNs.load(std::memory_order_relaxed);
+  const uint64_t LastEnd = Co.LastSpanEndNs.load(std::memory_order_relaxed);
+  const uint64_t LastLaunch = Co.HpLastLaunchNs.load(std::memory_order_relaxed);
+  const bool Unseen = LastLaunch && Now >= LastLaunch && Now - LastLaunch < Coordination::MaxSpanNs &&
+                      (!LastEnd || Now - LastEnd > Coordination::MaxSpanNs) &&
+                      LastLaunch > LastEnd;
+  if ((Lost && Now >= Lost && Now - Lost < Coordination::MaxSpanNs) || Unseen) {
+    Co.SpanWin = Co.WaitWin = 0;
+    Co.WaitPermille.store(-1, std::memory_order_relaxed);
+    Co.Seg->setWaitShare(-1);
+    return;
+  }
   if (Co.SpanWin < 1e6)
     return;
   const auto Permille =
@@ -480,11 +502,10 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   std::unique_lock<std::recursive_mutex> Issue = lockIssue();
   uint64_t LaunchedAt = monotonicNs();
   Co.HpLastLaunchNs.store(LaunchedAt, std::memory_order_relaxed);
-  // The first launch after a wait starts a request (Runtime::waitDone).
-  if (!Co.SpanStartNs.load(std::memory_order_relaxed)) {
-    uint64_t None = 0;
-    Co.SpanStartNs.compare_exchange_strong(None, LaunchedAt, std::memory_order_relaxed);
-  }
+  // The first launch after a wait starts this thread's request
+  // (Runtime::waitDone).
+  if (!hpThreadSpan().StartNs)
+    hpThreadSpan().StartNs = LaunchedAt;
   if (Entered)
     Co.noteHpPart(Coordination::HpLock, LaunchedAt - Entered);
   uint64_t Seq = Co.Seg->hpLaunch(LaunchedAt);
@@ -740,7 +761,7 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
       Policy::Mode Mode;
       bool Bound = false;
       Wait = observeBusy(&Mode, nullptr, &Bound) && Mode == Policy::Mode::Guarded;
-      if (Wait && Bound) {
+      if (Wait && Bound && !Cfg.Forced) {
         // Every HP process is launch bound: it starts beside HP (as the
         // original, as after --max-hold-us; launchBe).
         LaunchHoldCut = true;

@@ -224,8 +224,10 @@ HpView viewOf(const unsigned char *Base, size_t Size, uint64_t NowNs,
                               S.LastLaunchNs.load(std::memory_order_relaxed));
     // Permille plus one; 0 (not measured yet, or a writer that predates
     // the field) and anything past 1001 read as unknown.
+    // Only from a writer that knows the field (FlagWaitShare): an older
+    // one's claim leaves whatever a newer owner of the slot left there.
     uint32_t W = S.WaitShare.load(std::memory_order_relaxed);
-    if (W == 0 || W > 1001)
+    if (!(S.Flags.load(std::memory_order_relaxed) & seg::FlagWaitShare) || W == 0 || W > 1001)
       WaitUnknown = true;
     else
       V.WaitPermille = std::max(V.WaitPermille, W - 1);
@@ -620,7 +622,8 @@ int Segment::claim(SegPriority P, uint64_t NowNs, int Preferred,
     S.HeartbeatNs.store(NowNs, std::memory_order_relaxed);
     S.Token.store(T, std::memory_order_relaxed);
     S.Pid.store(Pid, std::memory_order_relaxed);
-    S.Flags.store(OwnFlags.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    S.Flags.store(OwnFlags.load(std::memory_order_relaxed) | seg::FlagWaitShare,
+                  std::memory_order_relaxed);
     S.StartTime.store(Start, std::memory_order_relaxed);
     S.Priority.store(uint32_t(P), std::memory_order_relaxed);
     S.Started.store(SeqBase, std::memory_order_relaxed);
@@ -824,13 +827,14 @@ void Segment::addPreemption() {
     S.Preemptions.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Segment::setWaitShare(uint32_t Permille) {
+void Segment::setWaitShare(int Permille) {
   int I = Slot.load(std::memory_order_acquire);
   if (I < 0)
     return;
   RawSlot &S = slotOf(Base, unsigned(I));
+  const uint32_t V = Permille < 0 ? 0 : uint32_t(std::min(Permille, 1000)) + 1;
   if (S.Token.load(std::memory_order_relaxed) == Token.load(std::memory_order_acquire))
-    S.WaitShare.store(std::min<uint32_t>(Permille, 1000) + 1, std::memory_order_relaxed);
+    S.WaitShare.store(V, std::memory_order_relaxed);
 }
 
 void Segment::setFlags(uint32_t F) {
@@ -841,7 +845,7 @@ void Segment::setFlags(uint32_t F) {
     return; // written by the next claim
   RawSlot &S = slotOf(Base, unsigned(I));
   if (S.Token.load(std::memory_order_relaxed) == Token.load(std::memory_order_acquire))
-    S.Flags.store(F, std::memory_order_relaxed);
+    S.Flags.store(F | seg::FlagWaitShare, std::memory_order_relaxed);
 }
 
 HpView Segment::hpView(uint64_t NowNs) const {

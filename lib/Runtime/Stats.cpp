@@ -255,7 +255,7 @@ void Runtime::Impl::writeStats() {
       {
         const uint64_t Spans = Co.Spans.load(), SpanNs = Co.SpanSumNs.load();
         const int Pub = Co.WaitPermille.load();
-        char Published[64] = "none (under 1 ms of requests seen)";
+        char Published[96] = "none (not known: under 1 ms of requests seen, or requests not seen whole)";
         if (Pub >= 0)
           std::snprintf(Published, sizeof Published, "%.1f %%", Pub / 10.0);
         std::fprintf(E,

@@ -34,8 +34,10 @@
 //        4     4  Priority: 0 high, 1 best effort (SegPriority)
 //        8     4  Pid
 //       12     4  Flags: bit 0 (FlagNoMps) an HP process whose context the
-//                  driver says is not an MPS client; other bits 0 (ignored
-//                  by readers; before 2026-11-25 always 0)
+//                  driver says is not an MPS client; bit 1 (FlagWaitShare)
+//                  the owner writes WaitShare (set by every writer since
+//                  2026-11-25); other bits 0 (ignored by readers; before
+//                  2026-11-25 always 0)
 //       16     8  StartTime: field 22 of /proc/<pid>/stat, 0 if unknown
 //       24     8  Token: random, non-zero, names the owner
 //       32     8  HeartbeatNs: CLOCK_MONOTONIC of the owner's last heartbeat
@@ -47,9 +49,10 @@
 //                  spent waiting for the GPU (Runtime: from its first launch
 //                  after a wait to the end of the next wait), in permille
 //                  plus one (1 to 1001), smoothed over about 200 ms; 0 not
-//                  measured yet (also every writer before 2026-11-25: the
-//                  field was padding); larger values are invalid and read
-//                  as unknown
+//                  known (not measured yet, or its requests are not seen);
+//                  read only when Flags has FlagWaitShare (a writer before
+//                  2026-11-25 left the field, then padding, as it found
+//                  it); larger values are invalid and read as unknown
 //       76    52  padding
 //
 // The file is 8256 bytes rounded up to whole pages; it is created with mode
@@ -135,6 +138,7 @@ inline constexpr uint64_t TotalBytes =
 inline constexpr uint32_t StateFree = 0, StateClaiming = 1, StateLive = 2;
 /// Slot flags.
 inline constexpr uint32_t FlagNoMps = 1;
+inline constexpr uint32_t FlagWaitShare = 2;
 /// A heartbeat further in the future than this is invalid.
 inline constexpr uint64_t FutureSlackNs = 1'000'000'000;
 } // namespace seg
@@ -199,8 +203,9 @@ public:
   /// BE: counts a preemption in this process's slot (informational).
   void addPreemption();
   /// HP: publishes this process's share of its requests' time spent
-  /// waiting for the GPU, in permille (clamped to 1000).
-  void setWaitShare(uint32_t Permille);
+  /// waiting for the GPU, in permille (clamped to 1000); negative: not
+  /// known.
+  void setWaitShare(int Permille);
   /// This process's slot flags (seg::FlagNoMps), kept across a re-join.
   void setFlags(uint32_t F);
 

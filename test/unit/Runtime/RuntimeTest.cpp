@@ -1579,10 +1579,10 @@ TEST(ScheduleHpBurst, TheWaitShareIsPublished) {
   Module M("hp_wait_share");
   CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x318));
   std::vector<int> Out(4);
-  auto Share = [&] {
+  auto Share = [&](bool Known = true) {
     beAlive(*Other, 30); // two heartbeats of this process's runtime
     tally::rt::HpView V = Other->hpView(tally::rt::monotonicNs());
-    EXPECT_TRUE(V.WaitShareKnown);
+    EXPECT_EQ(V.WaitShareKnown, Known);
     return V.WaitShareKnown ? int(V.WaitPermille) : -1;
   };
   auto HostBound = [&] {
@@ -1606,9 +1606,12 @@ TEST(ScheduleHpBurst, TheWaitShareIsPublished) {
   fake_sync_delay_us(0);
   // (The smoothing still remembers some of the phase before: the bounds
   // leave room for that, not for a share that did not move.)
-  EXPECT_GT(Share(), 500) << "requests waiting in cuStreamSynchronize";
+  const int High = Share();
+  EXPECT_GT(High, 500) << "requests waiting in cuStreamSynchronize";
   HostBound();
-  EXPECT_LT(Share(), 250) << "host-bound again";
+  const int Again = Share();
+  EXPECT_LT(Again, 300) << "host-bound again";
+  EXPECT_LT(Again, High - 300) << "the share did not come down";
   for (int I = 0; I < 120; ++I) {
     ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
     fake_queries_not_ready(3);
@@ -1617,11 +1620,20 @@ TEST(ScheduleHpBurst, TheWaitShareIsPublished) {
     usleep(300);
   }
   EXPECT_GT(Share(), 500) << "requests polling for their work";
-  // A query that finds the work done at once ends no request: the one
-  // begun by the launch goes on to the next wait.
-  ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
-  ASSERT_EQ(cuStreamQuery(S), CUDA_SUCCESS);
-  ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
+  // Launches whose waits the runtime does not see (a blocking copy, a spin
+  // on host memory; here none, and queries that find the work done at
+  // once, which end no request): after 200 ms without a request's end the
+  // share is not known, and a request that long, once it ends, is not one.
+  for (int I = 0; I < 100; ++I) {
+    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamQuery(S), CUDA_SUCCESS);
+    usleep(3000);
+  }
+  EXPECT_EQ(Share(false), -1) << "launches without a seen wait";
+  ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS); // ends a request of 300 ms
+  EXPECT_EQ(Share(false), -1) << "a request too long to have been seen whole";
+  HostBound();
+  EXPECT_LT(Share(), 100) << "requests seen again";
   EXPECT_TRUE(waitIdle(*Other));
 }
 

@@ -759,6 +759,17 @@ TEST_F(SegmentTest, WaitShareOfHpProcesses) {
   writeAt<uint32_t>(slotOff(unsigned(slotOf(*B))) + WaitOff, 1); // 0 permille
   EXPECT_TRUE(Be->hpView(T0).WaitShareKnown);
   EXPECT_EQ(Be->hpView(T0).WaitPermille, 30u);
+  // A slot whose owner does not write the field (an older runtime: no
+  // FlagWaitShare) has no known share, whatever the field holds.
+  const off_t FlagsOff = 12;
+  writeAt<uint32_t>(slotOff(unsigned(slotOf(*B))) + FlagsOff, 0);
+  EXPECT_FALSE(Be->hpView(T0).WaitShareKnown);
+  B->setFlags(0); // the owner's own flags keep the bit
+  EXPECT_TRUE(Be->hpView(T0).WaitShareKnown);
+  EXPECT_EQ(Be->hpView(T0).HpWithoutMps, 0u);
+  B->setWaitShare(-1); // not known
+  EXPECT_FALSE(Be->hpView(T0).WaitShareKnown);
+  B->setWaitShare(0);
   // Wiped: the re-join starts unknown until the next publication.
   int BSlot = slotOf(*B);
   for (off_t Off = 0; Off < seg::SlotBytes; Off += 8)
