@@ -265,7 +265,7 @@ void Runtime::Impl::publishWaitShare() {
   // Weighed by time, not by heartbeats (which may come late): 0.95 per
   // 10 ms.
   const double Dt = Co.LastPublishNs && Now > Co.LastPublishNs ? double(Now - Co.LastPublishNs) : 1e7;
-  const double Decay = std::exp(Dt / 1e7 * std::log(0.95));
+  const double Decay = std::pow(0.95, Dt / 1e7);
   Co.LastPublishNs = Now;
   Co.SpanWin = Co.SpanWin * Decay + double(Span - Co.SpanSeen);
   Co.WaitWin = Co.WaitWin * Decay + double(Wait - Co.WaitSeen);
@@ -288,10 +288,9 @@ void Runtime::Impl::publishWaitShare() {
   }
   if (Co.SpanWin < 1e6)
     return;
-  const auto Permille =
-      static_cast<uint32_t>(std::min(1000.0, std::lround(1000.0 * Co.WaitWin / Co.SpanWin) * 1.0));
+  const int Permille = int(std::min(1000L, std::lround(1000.0 * Co.WaitWin / Co.SpanWin)));
   Co.Seg->setWaitShare(Permille);
-  Co.WaitPermille.store(int(Permille), std::memory_order_relaxed);
+  Co.WaitPermille.store(Permille, std::memory_order_relaxed);
 }
 
 /// HP with --stats: watches this process's completion word and records,
@@ -504,8 +503,8 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
   Co.HpLastLaunchNs.store(LaunchedAt, std::memory_order_relaxed);
   // The first launch after a wait starts this thread's request
   // (Runtime::waitDone).
-  if (!hpThreadSpan().StartNs)
-    hpThreadSpan().StartNs = LaunchedAt;
+  if (HpThreadSpan &Req = hpThreadSpan(); !Req.StartNs)
+    Req.StartNs = LaunchedAt;
   if (Entered)
     Co.noteHpPart(Coordination::HpLock, LaunchedAt - Entered);
   uint64_t Seq = Co.Seg->hpLaunch(LaunchedAt);

@@ -869,7 +869,6 @@ std::vector<SlotInfo> Segment::slots() const {
     Info.Finished = S.Finished.load(std::memory_order_relaxed);
     Info.LastLaunchNs = S.LastLaunchNs.load(std::memory_order_relaxed);
     Info.Preemptions = S.Preemptions.load(std::memory_order_relaxed);
-    Info.WaitShare = S.WaitShare.load(std::memory_order_relaxed);
     Out.push_back(Info);
   }
   return Out;

@@ -123,8 +123,6 @@ struct SlotInfo {
   SegPriority Prio;
   uint32_t Pid;
   uint64_t HeartbeatNs, Started, Finished, LastLaunchNs, Preemptions;
-  /// As stored: permille plus one, 0 unknown.
-  uint32_t WaitShare = 0;
 };
 
 /// Layout constants of version 1 (see the file comment).
