@@ -7,7 +7,8 @@
 // inputs reach the slot checks too). validateSegmentImage and hpViewOfImage
 // are compared with a plain model of Segment.h's rules, written here with
 // memcpy reads, and their promises are checked (at most 64 processes, no
-// activity without an HP process, a valid image has the expected header). A
+// activity without an HP process, a wait share within 0-1000 and 0 when not
+// known, a valid image has the expected header). A
 // broken promise aborts so the fuzzer keeps the input.
 //
 //===----------------------------------------------------------------------===//
@@ -65,6 +66,7 @@ bool modelValid(const uint8_t *B, size_t Size) {
 
 HpView modelView(const uint8_t *B, size_t Size, uint64_t Now) {
   HpView V;
+  bool WaitUnknown = false;
   if (!modelHeaderOk(B, Size))
     return V;
   for (unsigned I = 0; I < seg::SlotCount && slotAt(I + 1) <= Size; ++I) {
@@ -85,15 +87,25 @@ HpView modelView(const uint8_t *B, size_t Size, uint64_t Now) {
     V.Active |= Started > Finished;
     V.Arrivals += Started;
     V.LastLaunchNs = std::max(V.LastLaunchNs, readAt<uint64_t>(B, S + 56));
-    V.HpWithoutMps += (readAt<uint32_t>(B, S + 12) & seg::FlagNoMps) != 0;
+    uint32_t Flags = readAt<uint32_t>(B, S + 12);
+    V.HpWithoutMps += (Flags & seg::FlagNoMps) != 0;
+    uint32_t W = readAt<uint32_t>(B, S + 72);
+    if (!(Flags & seg::FlagWaitShare) || W == 0 || W > 1001)
+      WaitUnknown = true;
+    else
+      V.WaitPermille = std::max(V.WaitPermille, W - 1);
   }
+  V.WaitShareKnown = V.HpProcesses > 0 && !WaitUnknown;
+  if (!V.WaitShareKnown)
+    V.WaitPermille = 0;
   return V;
 }
 
 bool same(const HpView &A, const HpView &B) {
   return A.HpProcesses == B.HpProcesses && A.BeProcesses == B.BeProcesses &&
          A.Active == B.Active && A.Arrivals == B.Arrivals &&
-         A.LastLaunchNs == B.LastLaunchNs && A.HpWithoutMps == B.HpWithoutMps;
+         A.LastLaunchNs == B.LastLaunchNs && A.HpWithoutMps == B.HpWithoutMps &&
+         A.WaitShareKnown == B.WaitShareKnown && A.WaitPermille == B.WaitPermille;
 }
 
 /// A clock near the first live-looking heartbeat, so that some slots are
@@ -134,6 +146,7 @@ void checkImage(const uint8_t *Data, size_t Size) {
   HpView V = hpViewOfImage(Buf.get(), Size, Now, StaleNs);
   check(V.HpProcesses + V.BeProcesses <= seg::SlotCount);
   check(V.HpWithoutMps <= V.HpProcesses);
+  check(V.WaitPermille <= 1000 && (V.WaitShareKnown || V.WaitPermille == 0));
   check(V.HpProcesses || (!V.Active && V.Arrivals == 0 && V.LastLaunchNs == 0));
   check(same(V, modelView(Buf.get(), Size, Now)));
   check(same(V, hpViewOfImage(Odd.get() + 1, Size, Now, StaleNs)));
