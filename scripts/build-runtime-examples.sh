@@ -106,8 +106,8 @@ step "nvrtc-load (kernels made with NVRTC at run time, NVRTC opened with dlopen)
   -L"$cuda/lib64/stubs" -lcuda -ldl
 ! grep -q -e cudart -e nvrtc <<<"$(ldd "$out/nvrtc-load")" || fail "nvrtc-load links cudart or NVRTC"
 
-step "torch_check.py"
-cp "$ex/torch_check.py" "$out/torch_check.py"
+step "torch_check.py, torch_programs.py"
+cp "$ex/torch_check.py" "$ex/torch_programs.py" "$out/"
 
 # Every kernel of ours was transformed (no partial or rejected ones).
 for y in "$out"/obj/*.yaml; do
