@@ -29,6 +29,11 @@ written, chosen for the driver paths it takes through the runtime:
                    multinomial, randperm
   syncs            every way PyTorch waits: device, stream and event
                    synchronize, .item(), .cpu(), .tolist(), a D2H copy
+  dataloader-fork  a DataLoader with two worker processes forked from the
+                   CUDA process (they never touch CUDA) and pinned batches
+  spawn-child      a child process started with multiprocessing's spawn that
+                   uses CUDA itself (under `tally run` it inherits the
+                   runtime and joins the GPU's segment as another process)
 
 Output, stdout: one line per case, `case NAME sha256 HEX` (its results'
 bytes) or `case NAME error TYPE: MESSAGE` where PyTorch itself raised (a
@@ -350,6 +355,45 @@ def case_syncs(dev, d):
     d.t(out)
 
 
+def case_dataloader_fork(dev, d):
+    from torch.utils.data import DataLoader, TensorDataset
+    seeded(13)
+    xs = torch.randn(512, 64)
+    ys = torch.randint(0, 4, (512,))
+    dl = DataLoader(TensorDataset(xs, ys), batch_size=64, num_workers=2,
+                    multiprocessing_context="fork", pin_memory=True)
+    model = nn.Linear(64, 4).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in dl:
+        loss = F.cross_entropy(model(x.to(dev, non_blocking=True)), y.to(dev, non_blocking=True))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        d.f(loss.item())
+
+
+def spawn_child(q):
+    """spawn-child's child: its own CUDA context, its result to the parent."""
+    try:
+        x = torch.arange(1 << 16, device="cuda", dtype=torch.float32) / 1000
+        q.put(("ok", torch.sin(x).sum().item()))
+    except Exception as e:  # the parent raises it
+        q.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def case_spawn_child(dev, d):
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=spawn_child, args=(q,))
+    p.start()
+    what, v = q.get(timeout=120)
+    p.join(60)
+    if what != "ok" or p.exitcode != 0:
+        raise RuntimeError(f"child: {what} {v}, exit {p.exitcode}")
+    d.f(v)
+
+
 CASES = {
     "eager-train": case_eager_train,
     "graph-train": case_graph_train,
@@ -362,6 +406,8 @@ CASES = {
     "cublaslt": case_cublaslt,
     "rng": case_rng,
     "syncs": case_syncs,
+    "dataloader-fork": case_dataloader_fork,
+    "spawn-child": case_spawn_child,
 }
 
 

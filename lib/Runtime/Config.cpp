@@ -115,6 +115,10 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     if (std::strcmp(V, "1") != 0)
       C.StatsFile = V;
   }
+  if (const char *V = GetEnv("TALLY_STATS_PID"); V && *V) {
+    if (!parseUnsigned(V, UINT32_MAX, C.StatsOwnerPid))
+      return Fail("TALLY_STATS_PID", V, "a process id");
+  }
   // Timing events around each launch cost an HP service what it exists
   // for (hp-serve's median went from 210 to 331 us on an H100): only when
   // asked for there.
@@ -250,6 +254,19 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
   if (const char *V = GetEnv("TALLY_DRIVER"); V && *V)
     C.DriverPath = V;
   return C;
+}
+
+std::string statsFileFor(const std::string &File, uint64_t OwnerPid, uint64_t Pid) {
+  if (File.empty() || OwnerPid == 0 || OwnerPid == Pid)
+    return File;
+  const size_t Slash = File.rfind('/');
+  const size_t Base = Slash == std::string::npos ? 0 : Slash + 1;
+  size_t Dot = File.rfind('.');
+  // A dot that starts the name (".stats") or lies in a folder's name is
+  // not an extension.
+  if (Dot == std::string::npos || Dot <= Base)
+    Dot = File.size();
+  return File.substr(0, Dot) + "." + std::to_string(Pid) + File.substr(Dot);
 }
 
 } // namespace tally::rt

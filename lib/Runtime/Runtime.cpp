@@ -43,6 +43,14 @@ void logf(LogLevel L, const char *Fmt, ...) {
 
 static const char *getEnv(const char *Name) { return std::getenv(Name); }
 
+/// Set in a child of fork() made after the runtime started: the child has
+/// a copy of the runtime's state but none of its threads (their locks may
+/// be held for ever, a join of one waits for ever), and the CUDA driver is
+/// not usable there. Every call then passes straight through, and the exit
+/// handler does nothing (no statistics counted by the parent, no segment
+/// slot that is the parent's). A child that runs exec() starts afresh.
+static std::atomic<bool> ForkedAway{false};
+
 Runtime *Runtime::get() {
   static Runtime *R = []() -> Runtime * {
     std::string Err;
@@ -81,10 +89,13 @@ Runtime *Runtime::get() {
     // the child's first blocking call (a pinned buffer freed at exit, say)
     // would wait for ever. The child starts with a free one.
     static Runtime::Impl *ForChild = Impl;
-    pthread_atfork(nullptr, nullptr, [] { new (&ForChild->Drain) std::shared_mutex(); });
+    pthread_atfork(nullptr, nullptr, [] {
+      new (&ForChild->Drain) std::shared_mutex();
+      ForkedAway.store(true, std::memory_order_relaxed);
+    });
     return new Runtime(Impl);
   }();
-  return R;
+  return ForkedAway.load(std::memory_order_relaxed) ? nullptr : R;
 }
 
 void Runtime::Impl::checkFeatures(const std::string &MissingOptional) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -351,9 +352,16 @@ void Runtime::Impl::writeStats() {
   }
   if (Cfg.StatsFile.empty())
     return;
-  FILE *J = std::fopen(Cfg.StatsFile.c_str(), "w");
+  // Written whole under another name, then renamed: a reader never sees
+  // half a file, and two processes never interleave theirs.
+  const std::string Path = statsFileFor(Cfg.StatsFile, Cfg.StatsOwnerPid, uint64_t(getpid()));
+  if (Path != Cfg.StatsFile)
+    std::fprintf(E, "tally: statistics of pid %d (not the process tally run started) in %s\n",
+                 static_cast<int>(getpid()), Path.c_str());
+  const std::string Tmp = Path + ".tmp." + std::to_string(getpid());
+  FILE *J = std::fopen(Tmp.c_str(), "w");
   if (!J) {
-    logf(LogLevel::Warn, "cannot write the statistics to %s", Cfg.StatsFile.c_str());
+    logf(LogLevel::Warn, "cannot write the statistics to %s: %s", Path.c_str(), std::strerror(errno));
     return;
   }
   std::fprintf(J, "{\n  \"tally_stats_version\": 1,\n  \"pid\": %d,\n  \"priority\": \"%s\",\n"
@@ -484,7 +492,12 @@ void Runtime::Impl::writeStats() {
                  D.OriginalOnly ? "true" : "false");
   }
   std::fprintf(J, "\n  ]\n}\n");
-  std::fclose(J);
+  bool Ok = !std::ferror(J);
+  Ok = std::fclose(J) == 0 && Ok;
+  if (!Ok || std::rename(Tmp.c_str(), Path.c_str()) != 0) {
+    logf(LogLevel::Warn, "cannot write the statistics to %s: %s", Path.c_str(), std::strerror(errno));
+    std::remove(Tmp.c_str());
+  }
 }
 
 } // namespace tally::rt

@@ -73,6 +73,8 @@ const char *Variables =
     "  TALLY_PREEMPT      random:N\n"
     "  TALLY_SEED         seed of the random preemption points\n"
     "  TALLY_STATS        1, or the JSON file to write\n"
+    "  TALLY_STATS_PID    the process whose JSON is that file (set by --stats); others\n"
+    "                     write FILE.PID.json beside it\n"
     "  TALLY_LOG_LEVEL    error | warn | info | debug\n"
     "  TALLY_PTB_CHUNK    logical blocks a PTB worker claims at once\n"
     "  TALLY_PTB_WORKERS_PER_SM  at most this many PTB workers per SM\n"
@@ -382,7 +384,7 @@ int main(int Argc, char **Argv) {
                   "(a correctness check of preemption)");
   Run->add_option("--stats", Stats,
                   "print per-kernel statistics to stderr at exit; with =FILE also write "
-                  "them as JSON to FILE")
+                  "them as JSON to FILE (child processes that use CUDA: FILE.PID.json)")
       ->expected(0, 1)
       ->default_str("1");
   Run->add_option("--log-level", LogLevel, "error, warn (default), info or debug")
@@ -585,8 +587,12 @@ int main(int Argc, char **Argv) {
   Set("TALLY_FORCE", Force);
   Set("TALLY_FORCE_ONLY", ForceOnly);
   Set("TALLY_PREEMPT", Preempt);
-  if (Run->count("--stats"))
+  if (Run->count("--stats")) {
     Set("TALLY_STATS", Stats.empty() ? "1" : Stats);
+    // exec keeps the pid: the program is this process. Its children that
+    // inherit the settings write their JSON under their own pids.
+    Set("TALLY_STATS_PID", std::to_string(getpid()));
+  }
   Set("TALLY_LOG_LEVEL", LogLevel);
   Set("TALLY_SEED", Seed);
   if (Chunk)

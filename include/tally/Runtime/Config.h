@@ -90,6 +90,10 @@ struct Config {
   uint64_t Seed = 1;
   bool Stats = false;
   std::string StatsFile; ///< JSON destination ("" = table only)
+  /// The process `tally run` started (TALLY_STATS_PID, set by it); 0 when
+  /// unknown. Another process (a child that inherited the settings) writes
+  /// its JSON beside StatsFile, under its own pid (statsFileFor).
+  uint64_t StatsOwnerPid = 0;
   /// GPU time per kernel (two events per launch). Default: on in BE
   /// processes, off in HP ones (it raised hp-serve's median latency by half
   /// on an H100).
@@ -166,6 +170,14 @@ struct Config {
   /// bad value returns a config with Enabled = false and \p Error set.
   static Config fromEnvironment(const char *(*GetEnv)(const char *), std::string &Error);
 };
+
+/// Where process \p Pid writes the JSON statistics named \p File: File itself
+/// when \p Pid is the process `tally run` started (\p OwnerPid) or that is
+/// unknown (0); otherwise File with ".PID" before its extension
+/// (stats.json -> stats.4242.json; no extension: stats -> stats.4242), so
+/// the children of one `tally run` (spawned workers, the ranks of a
+/// launcher) do not overwrite one another's.
+std::string statsFileFor(const std::string &File, uint64_t OwnerPid, uint64_t Pid);
 
 } // namespace tally::rt
 

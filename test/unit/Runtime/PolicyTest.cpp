@@ -796,6 +796,29 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   EXPECT_FALSE(C.Enabled);
 }
 
+// The JSON statistics of a process that is not the one `tally run` started
+// (it inherited the settings: a spawned worker, a launcher's rank) go
+// beside the file, under its pid.
+TEST(SchedulerConfig, StatisticsOfOtherProcessesGoBesideTheFile) {
+  std::string E;
+  Config C = configOf({{"TALLY_STATS", "/tmp/s.json"}, {"TALLY_STATS_PID", "4242"}}, E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_EQ(C.StatsOwnerPid, 4242u);
+  EXPECT_EQ(statsFileFor(C.StatsFile, C.StatsOwnerPid, 4242), "/tmp/s.json");
+  EXPECT_EQ(statsFileFor(C.StatsFile, C.StatsOwnerPid, 77), "/tmp/s.77.json");
+  EXPECT_EQ(statsFileFor("/tmp/s.json", 0, 77), "/tmp/s.json") << "owner unknown: as given";
+  EXPECT_EQ(statsFileFor("stats", 1, 77), "stats.77");
+  EXPECT_EQ(statsFileFor("run.d/stats", 1, 77), "run.d/stats.77") << "a dot in a folder";
+  EXPECT_EQ(statsFileFor("out/.stats", 1, 77), "out/.stats.77") << "a leading dot";
+  EXPECT_EQ(statsFileFor("a.b.json", 1, 77), "a.b.77.json");
+  EXPECT_EQ(statsFileFor("", 1, 77), "");
+  EXPECT_EQ(configOf({}, E).StatsOwnerPid, 0u);
+  for (const char *Bad : {"x", "-3", "99999999999"}) {
+    EXPECT_FALSE(configOf({{"TALLY_STATS_PID", Bad}}, E).Enabled) << Bad;
+    EXPECT_NE(E.find("TALLY_STATS_PID"), std::string::npos) << E;
+  }
+}
+
 // Timing events around each launch are for BE processes unless asked for:
 // in an HP process they cost the service its latency.
 TEST(SchedulerConfig, StatisticsTimingOffInHpProcessesUnlessAsked) {

@@ -1924,3 +1924,129 @@ TEST(RuntimePtxOff, ModulesLoadAsTheyCame) {
   EXPECT_EQ(lastLoad(), "load cuModuleLoadData bytes=" + std::to_string(Ptx.size()) +
                             " variants=0 ptx=1");
 }
+
+//===----------------------------------------------------------------------===//
+// A child of fork() that ends with exit(): its ctest entries run it as HP
+// and as BE with forced PTB and random preemption (each with --stats and a
+// JSON file), so the runtime's threads run in the parent.
+//===----------------------------------------------------------------------===//
+
+// Runs Child in a forked child (its stderr into \p Err); the child's exit
+// status, or -1 when it had not ended after 5 s (then it is killed).
+int forkedExitStatus(void (*Child)(), const std::string &Err) {
+  pid_t C = fork();
+  if (C == 0) {
+    if (!std::freopen(Err.c_str(), "w", stderr))
+      _exit(3);
+    Child();
+    std::exit(0); // the atexit handlers run, the runtime's among them
+  }
+  if (C < 0)
+    return -2;
+  int Status = 0;
+  for (int I = 0; I < 100; ++I) {
+    if (waitpid(C, &Status, WNOHANG) == C)
+      return WIFEXITED(Status) ? WEXITSTATUS(Status) : 128 + WTERMSIG(Status);
+    usleep(50000);
+  }
+  kill(C, SIGKILL);
+  waitpid(C, &Status, 0);
+  return -1;
+}
+
+std::string readFile(const std::string &Path) {
+  std::ifstream F(Path);
+  std::stringstream S;
+  S << F.rdbuf();
+  return S.str();
+}
+
+std::string scratch(const char *Name) {
+  return ::testing::TempDir() + "/tally-" + std::to_string(getpid()) + "-" + Name;
+}
+
+// The child inherits the runtime's state but none of its threads: its exit
+// must not wait for them (a join of a thread that is not there waits for
+// ever, a lock one of them held is never released), and it has nothing of
+// its own to report: the runtime steps aside in it.
+TEST(ForkedChild, ExitWithoutCudaDoesNotHang) {
+  Module M("fork_exit");
+  std::vector<int> Out(16);
+  ASSERT_EQ(launchDirect(M.K, Out, 16), CUDA_SUCCESS); // the exit handler is registered
+  fake_sync();
+  const std::string Err = scratch("fork-exit.err");
+  for (int I = 0; I < 20; ++I) { // the parent's threads caught at any point
+    ASSERT_EQ(forkedExitStatus([] {}, Err), 0) << "a forked child's exit() hung or failed, try " << I;
+    EXPECT_EQ(readFile(Err).find("statistics"), std::string::npos)
+        << "a forked child reported the parent's statistics: " << readFile(Err);
+    usleep(2000);
+  }
+  std::remove(Err.c_str());
+}
+
+// A launch in the child passes straight through to the driver (the real
+// one refuses a forked child; the fake runs it).
+TEST(ForkedChild, ALaunchInTheChildPassesThrough) {
+  Module M("fork_launch");
+  std::vector<int> Out(16);
+  ASSERT_EQ(launchDirect(M.K, Out, 16), CUDA_SUCCESS);
+  fake_sync();
+  static CUfunction K = M.K;
+  const std::string Err = scratch("fork-launch.err");
+  EXPECT_EQ(forkedExitStatus(
+                [] {
+                  std::vector<int> O(16);
+                  fake_log_clear();
+                  if (launchDirect(K, O, 16) != CUDA_SUCCESS)
+                    std::exit(4);
+                  fake_sync();
+                  if (hasLine("__tally"))
+                    std::exit(5); // a variant ran: the runtime did not step aside
+                },
+                Err),
+            0)
+      << readFile(Err);
+  std::remove(Err.c_str());
+}
+
+// A process that inherited `tally run --stats=FILE` but is not the one it
+// started (TALLY_STATS_PID names another) writes FILE.PID.json. Its ctest
+// entry sets TALLY_STATS; the child is this program again, run by exec
+// with only StatsChild.Helper.
+TEST(StatsChild, Helper) {
+  if (env("TALLY_TEST_STATS_HELPER") != "1")
+    GTEST_SKIP() << "run by StatsChild.AChildWritesItsOwnFile";
+  Module M("stats_child");
+  std::vector<int> Out(16);
+  ASSERT_EQ(launchDirect(M.K, Out, 16), CUDA_SUCCESS);
+  fake_sync();
+}
+
+TEST(StatsChild, AChildWritesItsOwnFile) {
+  const std::string File = env("TALLY_STATS");
+  ASSERT_NE(File.find(".json"), std::string::npos) << "its ctest entry names a JSON file";
+  std::remove(File.c_str());
+  const std::string Parent = std::to_string(getpid());
+  pid_t C = fork();
+  if (C == 0) {
+    setenv("TALLY_STATS_PID", Parent.c_str(), 1);
+    setenv("TALLY_TEST_STATS_HELPER", "1", 1);
+    execl("/proc/self/exe", "RuntimeTests", "--gtest_filter=StatsChild.Helper",
+          static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(C, 0);
+  int Status = 0;
+  ASSERT_EQ(waitpid(C, &Status, 0), C);
+  ASSERT_TRUE(WIFEXITED(Status) && WEXITSTATUS(Status) == 0) << Status;
+  const std::string Own =
+      File.substr(0, File.rfind('.')) + "." + std::to_string(C) + ".json";
+  const std::string J = readFile(Own);
+  EXPECT_NE(J.find("\"pid\": " + std::to_string(C) + ","), std::string::npos)
+      << Own << ": " << J.substr(0, 200);
+  EXPECT_NE(J.find("stats_child"), std::string::npos) << J.substr(0, 400);
+  EXPECT_TRUE(readFile(File).empty()) << "the child wrote the parent's file";
+  std::ifstream Left(Own + ".tmp." + std::to_string(C));
+  EXPECT_FALSE(Left.good()) << "a temporary file was left";
+  std::remove(Own.c_str());
+}

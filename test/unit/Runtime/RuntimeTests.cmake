@@ -286,6 +286,23 @@ set_tests_properties(runtime-schedule-hp-burst PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-burst;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=burst;TALLY_HP_BURST_US=300000;TALLY_STATS=1;TALLY_STATS_TIMING=0;FAKE_LOG_RECORDS=1"
   PASS_REGULAR_EXPRESSION "completion writes, one per burst"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+# A forked child's exit(), as HP and as BE with preemptions (the runtime's
+# threads running in the parent).
+add_test(NAME runtime-forked-child-hp COMMAND RuntimeTests --gtest_filter=ForkedChild.*)
+set_tests_properties(runtime-forked-child-hp PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-fork-hp;TALLY_PRIORITY=high;TALLY_STATS=${_rt_dir}/fork-hp.json"
+  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-forked-child-be COMMAND RuntimeTests --gtest_filter=ForkedChild.*)
+set_tests_properties(runtime-forked-child-be PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-fork-be;TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_STATS=${_rt_dir}/fork-be.json"
+  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+# A child that inherited --stats=FILE writes FILE.PID.json (exec'd again:
+# the runtime starts afresh in it).
+add_test(NAME runtime-stats-child COMMAND RuntimeTests --gtest_filter=StatsChild.*)
+set_tests_properties(runtime-stats-child PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stats-child;TALLY_STATS=${_rt_dir}/stats-child/s.json"
+  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+file(MAKE_DIRECTORY ${_rt_dir}/stats-child)
 add_test(NAME runtime-schedule-hp-own-stream COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
 set_tests_properties(runtime-schedule-hp-own-stream PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp2;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=gpu"
