@@ -6,7 +6,8 @@
 #     `tally run` with every kernel forced to its PTB variant and preempted
 #     at random points, and forced to its sliced variant: the output must be
 #     the same bytes as the plain run's;
-#   * PyTorch under the runtime: the same losses, its kernels counted;
+#   * PyTorch under the runtime: the same losses, its kernels counted; the
+#     PyTorch programs of scripts/gpu-torch-programs.sh, the same digests;
 #   * benchmarks: the runtime's cost per launch, each form's run time
 #     through the runtime, the preemption latency the runtime sees.
 # Logs go to $OUT/runtime-logs.tgz (OUT defaults to gpu-out); a table is
@@ -153,6 +154,14 @@ if python3 -c "import torch" 2>/dev/null; then
     -- python3 torch_check.py 20
 else
   row torch "SKIPPED: no PyTorch"
+fi
+# PyTorch programs of the kinds users run (graphs, torch.compile, threads,
+# fork and spawn...), alone and in pairs: scripts/gpu-torch-programs.sh.
+if OUT=$OUT scripts/gpu-torch-programs.sh "$R" >"$O/torch-programs.txt" 2>&1; then
+  row torch-programs "$(tail -1 "$O/torch-programs.txt") (table: $OUT/torch-programs.md)"
+else
+  row torch-programs "FAILED: $(grep FAILED "$O/torch-programs.txt" | head -3 | tr '\n' ' ')"
+  fails=$((fails + 1))
 fi
 
 echo "== runtime: benchmarks"
