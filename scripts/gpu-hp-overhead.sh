@@ -11,8 +11,9 @@
 # call passed through (TALLY_DISABLE=1: the cost of the preload alone) is
 # added. ROUNDS (default 3) sets the rounds; VARIANTS (names separated by
 # spaces, default all) picks the runs: plain tally-disabled tally-no-schedule
-# tally tally-side tally-gpu tally-burst tally-host tally-stats
-# tally-stats-timed.
+# tally tally-side tally-gpu tally-burst tally-burst1ms (bursts of 1 ms,
+# TALLY_HP_BURST_US=1000) tally-none (announced, no completion written: a
+# diagnostic) tally-host tally-stats tally-stats-timed.
 # Usage: scripts/gpu-hp-overhead.sh [DIR]   (DIR default .carry/runtime)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -48,6 +49,8 @@ for ((round = 0; round < ${ROUNDS:-3}; ++round)); do
   run tally-side env TALLY_HP_COMPLETION=side "$T" run --priority=high --
   run tally-gpu env TALLY_HP_COMPLETION=gpu "$T" run --priority=high --
   run tally-burst env TALLY_HP_COMPLETION=burst "$T" run --priority=high --
+  run tally-burst1ms env TALLY_HP_BURST_US=1000 "$T" run --priority=high --
+  run tally-none env TALLY_HP_COMPLETION=none "$T" run --priority=high --
   run tally-host env TALLY_HP_COMPLETION=host "$T" run --priority=high --
   run tally-stats env TALLY_STATS_TIMING=0 "$T" run --priority=high --stats=/dev/null --
   run tally-stats-timed "$T" run --priority=high --stats=/dev/null --

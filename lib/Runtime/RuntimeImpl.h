@@ -291,7 +291,12 @@ struct Coordination {
   enum HpPart { HpLookup, HpLock, HpDriver, HpCompletion, HpParts };
   static constexpr uint64_t HpSlowNs = 1'000'000;
   std::atomic<uint64_t> HpSlow[HpParts] = {}, HpSlowest[HpParts] = {};
+  /// Every noted part's time, summed, and how often each was noted: the
+  /// mean cost of an HP launch call by part (--stats only).
+  std::atomic<uint64_t> HpPartNs[HpParts] = {}, HpPartCalls[HpParts] = {};
   void noteHpPart(HpPart P, uint64_t Ns) {
+    HpPartNs[P].fetch_add(Ns, std::memory_order_relaxed);
+    HpPartCalls[P].fetch_add(1, std::memory_order_relaxed);
     if (Ns >= HpSlowNs)
       HpSlow[P].fetch_add(1, std::memory_order_relaxed);
     uint64_t M = HpSlowest[P].load(std::memory_order_relaxed);

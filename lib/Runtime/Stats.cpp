@@ -253,6 +253,18 @@ void Runtime::Impl::writeStats() {
                      Co.HpSlowest[Coordination::HpDriver].load() / 1e3,
                      (unsigned long long)Co.HpSlow[Coordination::HpCompletion].load(),
                      Co.HpSlowest[Coordination::HpCompletion].load() / 1e3);
+      auto MeanUs = [&](int P) {
+        const uint64_t N = Co.HpPartCalls[P].load();
+        return N ? Co.HpPartNs[P].load() / 1e3 / double(N) : 0.0;
+      };
+      if (Co.HpPartCalls[Coordination::HpDriver].load())
+        std::fprintf(E,
+                     "tally: HP launch calls, mean per call: %.3f us in the lookup, %.3f us "
+                     "waiting for the issue lock, %.3f us in the driver's launch, %.3f us "
+                     "reporting the completion (%llu calls)\n",
+                     MeanUs(Coordination::HpLookup), MeanUs(Coordination::HpLock),
+                     MeanUs(Coordination::HpDriver), MeanUs(Coordination::HpCompletion),
+                     (unsigned long long)Co.HpPartCalls[Coordination::HpDriver].load());
       {
         const uint64_t Spans = Co.Spans.load(), SpanNs = Co.SpanSumNs.load();
         const int Pub = Co.WaitPermille.load();
@@ -401,6 +413,12 @@ void Runtime::Impl::writeStats() {
     std::fprintf(J, ", \"longest_us\": {");
     for (int P = 0; P < Coordination::HpParts; ++P)
       std::fprintf(J, "%s\"%s\": %.3f", P ? ", " : "", Names[P], Co.HpSlowest[P].load() / 1e3);
+    std::fprintf(J, "}, \"mean_us\": {");
+    for (int P = 0; P < Coordination::HpParts; ++P) {
+      const uint64_t N = Co.HpPartCalls[P].load();
+      std::fprintf(J, "%s\"%s\": %.3f", P ? ", " : "", Names[P],
+                   N ? Co.HpPartNs[P].load() / 1e3 / double(N) : 0.0);
+    }
     std::fprintf(J, "}},");
   }
   std::fprintf(J,

@@ -270,6 +270,12 @@ set_tests_properties(runtime-schedule-hp-slow PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-slow;TALLY_PRIORITY=high;TALLY_STATS=1"
   PASS_REGULAR_EXPRESSION "HP launch calls with a part over 1000 us: [0-9]+ in the lookup \\(longest [0-9.]+ us\\), [0-9]+ waiting for the issue lock \\([0-9.]+ us\\), 3 in the driver's launch \\((29[0-9][0-9]|[3-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]+)\\.[0-9] us\\)"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+# The same run's mean per part: the driver's 3 ms in the driver's part.
+add_test(NAME runtime-schedule-hp-slow-mean COMMAND RuntimeTests --gtest_filter=ScheduleHpSlow.*)
+set_tests_properties(runtime-schedule-hp-slow-mean PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-slow-mean;TALLY_PRIORITY=high;TALLY_STATS=1"
+  PASS_REGULAR_EXPRESSION "HP launch calls, mean per call: [0-9.]+ us in the lookup, [0-9.]+ us waiting for the issue lock, (29[0-9][0-9]|[3-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]+)\\.[0-9]+ us in the driver's launch, [0-9.]+ us reporting the completion \\(3 calls\\)"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-none COMMAND RuntimeTests --gtest_filter=ScheduleHpNone.NoneReportsNothing)
 set_tests_properties(runtime-schedule-hp-none PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-none;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_HP_COMPLETION=none"
