@@ -522,6 +522,20 @@ struct Runtime::Impl {
   /// cost a wake-up: tens of microseconds on a busy virtual machine host,
   /// a stall when the host runs something else meanwhile).
   std::unique_lock<std::recursive_mutex> lockIssue();
+  /// HP, bursts: the least time between two completion writes of the
+  /// launch path. HpBurstUs; at least 1 ms while this process's requests
+  /// are known to wait for the GPU less than HpWaitSharePercent of their
+  /// time (a launch-bound service: below-normal MPS clients run beside it
+  /// anyway, its GPU idles only in gaps between launches too short to use,
+  /// and a write, about 1 us of its host time, came every few launches).
+  /// A request's last launches are still written at its wait.
+  static constexpr uint64_t LaunchBoundBurstNs = 1'000'000;
+  uint64_t hpBurstNs() const {
+    const int W = Co.WaitPermille.load(std::memory_order_relaxed);
+    const uint64_t B = Cfg.HpBurstUs * 1000;
+    const bool LaunchBound = W >= 0 && uint64_t(W) < uint64_t(Cfg.HpWaitSharePercent) * 10;
+    return LaunchBound ? std::max<uint64_t>(B, LaunchBoundBurstNs) : B;
+  }
   /// HP, bursts: how long launches must have stopped for a burst to be
   /// over (half a burst, at least 20 us).
   uint64_t burstQuietNs() const {

@@ -558,7 +558,7 @@ CUresult Runtime::Impl::launchHp(const LaunchArgs &A, PassThrough Original, Cont
     if (Co.HpPending.Seq && (Co.HpPending.S != S || Co.HpPending.C != C))
       flushPendingLocked();
     if (S != CU_STREAM_PER_THREAD && Co.HpLastWriteNs &&
-        LaunchedAt - Co.HpLastWriteNs < Cfg.HpBurstUs * 1000) {
+        LaunchedAt - Co.HpLastWriteNs < hpBurstNs()) {
       CUevent E = Co.HpPending.Seq ? Co.HpPending.E : acquireEvent(*C, false);
       if (E && D.cuEventRecord(E, S) == CUDA_SUCCESS) {
         Co.HpPending = {Seq, S, C, E};

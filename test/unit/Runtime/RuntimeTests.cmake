@@ -309,6 +309,10 @@ set_tests_properties(runtime-stats-child PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stats-child;TALLY_STATS=${_rt_dir}/stats-child/s.json"
   TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 file(MAKE_DIRECTORY ${_rt_dir}/stats-child)
+add_test(NAME runtime-schedule-hp-burst-default COMMAND RuntimeTests --gtest_filter=ScheduleHpBurstDefault.*)
+set_tests_properties(runtime-schedule-hp-burst-default PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-burst-default;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=burst"
+  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-hp-own-stream COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
 set_tests_properties(runtime-schedule-hp-own-stream PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp2;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=gpu"
