@@ -132,6 +132,26 @@ ContextState *Runtime::Impl::context() {
   unsigned long long Id = 0;
   if (D.cuCtxGetId && D.cuCtxGetId(Ctx, &Id) != CUDA_SUCCESS)
     Id = 0;
+  // The thread's last usable context, while no context was dropped since
+  // (dropContextLocked bumps the generation) and its id is the same: no
+  // lock, no map.
+  struct Cached {
+    CUcontext Ctx = nullptr;
+    unsigned long long Id = 0;
+    uint64_t Gen = 0;
+    ContextState *C = nullptr;
+  };
+  thread_local Cached Last;
+  const uint64_t Gen = Generation.load(std::memory_order_acquire);
+  if (Last.C && Last.Ctx == Ctx && Last.Id == Id && Id && Last.Gen == Gen)
+    return Last.C;
+  ContextState *C = contextSlow(Ctx, Id);
+  if (C && Id)
+    Last = {Ctx, Id, Gen, C};
+  return C;
+}
+
+ContextState *Runtime::Impl::contextSlow(CUcontext Ctx, unsigned long long Id) {
   std::lock_guard<std::mutex> G(Mu);
   auto It = Contexts.find(Ctx);
   if (It != Contexts.end() && Id && It->second->Id && It->second->Id != Id) {
@@ -383,14 +403,19 @@ void Runtime::Impl::warnOnce(KernelEntry &K, const std::string &Msg) {
 }
 
 KernelEntry *Runtime::Impl::lookup(CUfunction F) {
-  // One entry per thread caches the last kernel: launch loops of one
-  // kernel take no lock. Unloads bump the generation.
-  thread_local CUfunction LastF = nullptr;
-  thread_local KernelEntry *LastK = nullptr;
-  thread_local uint64_t LastGen = 0;
-  uint64_t Gen = Generation.load(std::memory_order_acquire);
-  if (F == LastF && Gen == LastGen && LastK)
-    return LastK;
+  // Each thread caches the kernels it launched lately (by handle, in 64
+  // ways): a model's launches cycle through tens of kernels, and take no
+  // lock. Unloads and dropped contexts bump the generation.
+  struct Cached {
+    CUfunction F = nullptr;
+    KernelEntry *K = nullptr;
+    uint64_t Gen = 0;
+  };
+  thread_local Cached Recent[64];
+  const uint64_t Gen = Generation.load(std::memory_order_acquire);
+  Cached &Way = Recent[(reinterpret_cast<uintptr_t>(F) >> 4) & 63];
+  if (Way.F == F && Way.Gen == Gen && Way.K)
+    return Way.K;
   KernelEntry *K = nullptr;
   {
     std::lock_guard<std::mutex> G(Mu);
@@ -420,9 +445,7 @@ KernelEntry *Runtime::Impl::lookup(CUfunction F) {
     }
     K = Slot;
   }
-  LastF = F;
-  LastK = K;
-  LastGen = Gen;
+  Way = {F, K, Gen};
   return K;
 }
 

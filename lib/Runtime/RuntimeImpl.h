@@ -426,6 +426,7 @@ struct Runtime::Impl {
 
   void checkFeatures(const std::string &MissingOptional);
   ContextState *context();
+  ContextState *contextSlow(CUcontext Ctx, unsigned long long Id); ///< context()'s lookup under Mu
   ModuleEntry *moduleEntry(void *Owner, bool IsLibrary, ContextState *C);
   void resolve(KernelEntry &K, CUfunction F);
   KernelEntry *lookup(CUfunction F);
