@@ -50,9 +50,22 @@ static const char *getEnv(const char *Name) { return std::getenv(Name); }
 /// handler does nothing (no statistics counted by the parent, no segment
 /// slot that is the parent's). A child that runs exec() starts afresh.
 static std::atomic<bool> ForkedAway{false};
+/// The runtime's start began in this process (so a child forked from now
+/// on steps aside, even one forked while another thread starts it).
+static std::atomic<bool> Begun{false};
+
+__attribute__((constructor)) static void stepAsideInForkedChildren() {
+  pthread_atfork(nullptr, nullptr, [] {
+    if (Begun.load(std::memory_order_relaxed))
+      ForkedAway.store(true, std::memory_order_relaxed);
+  });
+}
 
 Runtime *Runtime::get() {
+  if (ForkedAway.load(std::memory_order_relaxed))
+    return nullptr;
   static Runtime *R = []() -> Runtime * {
+    Begun.store(true, std::memory_order_relaxed);
     std::string Err;
     Config C = Config::fromEnvironment(getEnv, Err);
     CurrentLevel = C.Level;
@@ -89,13 +102,10 @@ Runtime *Runtime::get() {
     // the child's first blocking call (a pinned buffer freed at exit, say)
     // would wait for ever. The child starts with a free one.
     static Runtime::Impl *ForChild = Impl;
-    pthread_atfork(nullptr, nullptr, [] {
-      new (&ForChild->Drain) std::shared_mutex();
-      ForkedAway.store(true, std::memory_order_relaxed);
-    });
+    pthread_atfork(nullptr, nullptr, [] { new (&ForChild->Drain) std::shared_mutex(); });
     return new Runtime(Impl);
   }();
-  return ForkedAway.load(std::memory_order_relaxed) ? nullptr : R;
+  return R;
 }
 
 void Runtime::Impl::checkFeatures(const std::string &MissingOptional) {
@@ -413,7 +423,8 @@ KernelEntry *Runtime::Impl::lookup(CUfunction F) {
   };
   thread_local Cached Recent[64];
   const uint64_t Gen = Generation.load(std::memory_order_acquire);
-  Cached &Way = Recent[(reinterpret_cast<uintptr_t>(F) >> 4) & 63];
+  // (Fibonacci hashing: handles are widely aligned.)
+  Cached &Way = Recent[(uint64_t(reinterpret_cast<uintptr_t>(F)) * 0x9E3779B97F4A7C15ull) >> 58];
   if (Way.F == F && Way.Gen == Gen && Way.K)
     return Way.K;
   KernelEntry *K = nullptr;

@@ -13,6 +13,8 @@
 
 #include "RuntimeImpl.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -370,10 +372,24 @@ void Runtime::Impl::writeStats() {
   if (Path != Cfg.StatsFile)
     std::fprintf(E, "tally: statistics of pid %d (not the process tally run started) in %s\n",
                  static_cast<int>(getpid()), Path.c_str());
-  const std::string Tmp = Path + ".tmp." + std::to_string(getpid());
-  FILE *J = std::fopen(Tmp.c_str(), "w");
+  // Only a regular file (or none yet) is replaced so: /dev/null, a pipe,
+  // /dev/stdout or a link are written through, as given.
+  struct stat St;
+  const bool Replace = lstat(Path.c_str(), &St) != 0 ? errno == ENOENT : S_ISREG(St.st_mode);
+  const std::string Tmp = Replace ? Path + ".tmp." + std::to_string(getpid()) : Path;
+  FILE *J = nullptr;
+  if (Replace) {
+    int Fd = ::open(Tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    J = Fd >= 0 ? ::fdopen(Fd, "w") : nullptr;
+    if (Fd >= 0 && !J)
+      ::close(Fd);
+  } else {
+    J = std::fopen(Path.c_str(), "w");
+  }
   if (!J) {
     logf(LogLevel::Warn, "cannot write the statistics to %s: %s", Path.c_str(), std::strerror(errno));
+    if (Replace)
+      std::remove(Tmp.c_str());
     return;
   }
   std::fprintf(J, "{\n  \"tally_stats_version\": 1,\n  \"pid\": %d,\n  \"priority\": \"%s\",\n"
@@ -512,9 +528,10 @@ void Runtime::Impl::writeStats() {
   std::fprintf(J, "\n  ]\n}\n");
   bool Ok = !std::ferror(J);
   Ok = std::fclose(J) == 0 && Ok;
-  if (!Ok || std::rename(Tmp.c_str(), Path.c_str()) != 0) {
+  if (!Ok || (Replace && std::rename(Tmp.c_str(), Path.c_str()) != 0)) {
     logf(LogLevel::Warn, "cannot write the statistics to %s: %s", Path.c_str(), std::strerror(errno));
-    std::remove(Tmp.c_str());
+    if (Replace)
+      std::remove(Tmp.c_str());
   }
 }
 

@@ -51,6 +51,17 @@ tally_stats_test(runtime-force-ptb "ForcePtb.*"
 # Sampled timing: one launch in four timed, the rest estimated.
 tally_stats_test(runtime-stats-sampled "StatsTiming.*"
   "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS_TIMING=4;FAKE_ELAPSED_US=10" check-stats-sampled.py)
+# TALLY_STATS naming a link (or /dev/null, a pipe): written through, the
+# link left as it is (only a regular file is replaced, by a rename).
+file(REMOVE ${_rt_dir}/stats-link.json ${_rt_dir}/stats-target.json)
+file(CREATE_LINK stats-target.json ${_rt_dir}/stats-link.json SYMBOLIC)
+add_test(NAME runtime-stats-link COMMAND RuntimeTests --gtest_filter=ForcePtb.LaunchGatesTheStreamAndEveryBlockRunsOnce)
+set_tests_properties(runtime-stats-link PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS=${_rt_dir}/stats-link.json"
+  FIXTURES_SETUP stats-link)
+add_test(NAME runtime-stats-link-check
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats-link.py ${_rt_dir}/stats-link.json)
+set_tests_properties(runtime-stats-link-check PROPERTIES FIXTURES_REQUIRED stats-link)
 add_test(NAME runtime-blocking-call COMMAND RuntimeTests --gtest_filter=BlockingCall.*)
 set_tests_properties(runtime-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_LOG_LEVEL=debug"
@@ -292,12 +303,13 @@ set_tests_properties(runtime-schedule-hp-burst PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-burst;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=burst;TALLY_HP_BURST_US=300000;TALLY_STATS=1;TALLY_STATS_TIMING=0;FAKE_LOG_RECORDS=1"
   PASS_REGULAR_EXPRESSION "completion writes, one per burst"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
-# A forked child's exit(), as HP and as BE with preemptions (the runtime's
-# threads running in the parent).
+# A forked child's exit(), as HP (taking part in scheduling: heartbeat and
+# completion threads) and as BE with preemptions (the preemptor).
+file(MAKE_DIRECTORY ${_rt_dir}/shm-fork-hp ${_rt_dir}/shm-fork-be ${_rt_dir}/shm-stats-child)
 add_test(NAME runtime-forked-child-hp COMMAND RuntimeTests --gtest_filter=ForkedChild.*)
 set_tests_properties(runtime-forked-child-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-fork-hp;TALLY_PRIORITY=high;TALLY_STATS=${_rt_dir}/fork-hp.json"
-  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|no scheduling")
 add_test(NAME runtime-forked-child-be COMMAND RuntimeTests --gtest_filter=ForkedChild.*)
 set_tests_properties(runtime-forked-child-be PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-fork-be;TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_STATS=${_rt_dir}/fork-be.json"
