@@ -15,7 +15,6 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <new>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -97,12 +96,6 @@ Runtime *Runtime::get() {
          C.Prio == Priority::High ? "high" : "best-effort",
          C.Forced ? formName(C.Force) : "automatic",
          C.RandomPreemptions ? ", random preemption" : "");
-    // A child of fork() has only the forking thread: a drain lock the
-    // preemptor held at that moment would never be released there, and
-    // the child's first blocking call (a pinned buffer freed at exit, say)
-    // would wait for ever. The child starts with a free one.
-    static Runtime::Impl *ForChild = Impl;
-    pthread_atfork(nullptr, nullptr, [] { new (&ForChild->Drain) std::shared_mutex(); });
     return new Runtime(Impl);
   }();
   return R;

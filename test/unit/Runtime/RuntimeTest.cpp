@@ -991,7 +991,7 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
   EXPECT_FALSE(Copied.load()) << "the copy returned while the launch was stopped";
   {
     // A child forked now (the preemptor holds the drain lock) must not
-    // wait for it: its copy returns (an error: the fake's stopped launch
+    // wait for it (the runtime steps aside in the child): its copy returns (an error: the fake's stopped launch
     // is never resumed in the child) instead of hanging.
     pid_t Child = fork();
     ASSERT_GE(Child, 0);
@@ -1498,6 +1498,21 @@ std::vector<uint64_t> completionWrites() {
   }
   return Values;
 }
+// 120 requests of one launch each on \p S, 300 us apart: host-bound (2 ms
+// of the host's work before the wait) or, with \p SyncUs, waiting that long
+// in cuStreamSynchronize.
+void requests(CUfunction K, CUstream S, unsigned SyncUs) {
+  std::vector<int> Out(4);
+  fake_sync_delay_us(SyncUs);
+  for (int I = 0; I < 120; ++I) {
+    ASSERT_EQ(launchDirect(K, Out, 4, S), CUDA_SUCCESS);
+    if (!SyncUs)
+      usleep(2000); // the host's work of the request
+    ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
+    usleep(300); // between requests: not part of one
+  }
+  fake_sync_delay_us(0);
+}
 bool waitIdle(tally::rt::Segment &Other) {
   for (int I = 0; I < 300; ++I) {
     if (!Other.hpView(tally::rt::monotonicNs()).Active)
@@ -1586,25 +1601,12 @@ TEST(ScheduleHpBurst, TheWaitShareIsPublished) {
     EXPECT_EQ(V.WaitShareKnown, Known);
     return V.WaitShareKnown ? int(V.WaitPermille) : -1;
   };
-  auto HostBound = [&] {
-    for (int I = 0; I < 120; ++I) {
-      ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
-      usleep(2000); // the host's work of the request
-      ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
-      usleep(300); // between requests: not part of one
-    }
-  };
+  auto HostBound = [&] { requests(M.K, S, 0); };
   HostBound();
   int Low = Share();
   EXPECT_GE(Low, 0);
   EXPECT_LT(Low, 100) << "host-bound requests";
-  fake_sync_delay_us(3000);
-  for (int I = 0; I < 120; ++I) {
-    ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
-    ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
-    usleep(300);
-  }
-  fake_sync_delay_us(0);
+  requests(M.K, S, 3000);
   // (The smoothing still remembers some of the phase before: the bounds
   // leave room for that, not for a share that did not move.)
   const int High = Share();
@@ -2081,14 +2083,7 @@ TEST(ScheduleHpBurstDefault, ALaunchBoundProcessWritesLessOften) {
   CUstream S = reinterpret_cast<CUstream>(uintptr_t(0x319));
   std::vector<int> Out(4);
   auto Requests = [&](unsigned SyncUs) {
-    fake_sync_delay_us(SyncUs);
-    for (int I = 0; I < 120; ++I) {
-      ASSERT_EQ(launchDirect(M.K, Out, 4, S), CUDA_SUCCESS);
-      usleep(SyncUs ? 0 : 2000); // host-bound: the host's work of the request
-      ASSERT_EQ(cuStreamSynchronize(S), CUDA_SUCCESS);
-      usleep(300);
-    }
-    fake_sync_delay_us(0);
+    requests(M.K, S, SyncUs);
     beAlive(*Other, 30); // published
   };
   // Launches 250 us apart, no wait: the writes, and the time they took.
