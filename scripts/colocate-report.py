@@ -168,6 +168,11 @@ def stats_note(paths):
                              f" speed, {sch.get('holds', 0)} holds"
                              f" ({sch.get('held_ms', 0):.1f} ms),"
                              f" {sch.get('preemptions', 0)} preemptions by HP")
+                    if sch.get("guarded_calls"):
+                        text += (f", {sch['guarded_calls']} launch calls with HP present"
+                                 f" ({sch.get('guarded_call_ms', 0):.1f} ms, of which"
+                                 f" {sch.get('own_wait_ms', 0):.1f} ms waiting for its own"
+                                 " earlier launches)")
             notes.append(text)
         except (OSError, ValueError, AttributeError, TypeError) as e:
             notes.append(f"unreadable stats {os.path.basename(p)}: {e}")

@@ -95,7 +95,14 @@
 #                command may take 600 s at most: a full HP_MODEL run fits
 #                more surely as two, SYSTEMS="timeslice streams tally" and
 #                SYSTEMS="mps mps-prio tally-mps", each with its own OUT
-#   PROFILE      cold (default) or warm. The runtime's profile (its measurements
+#   TALLY_MPS_VARIANTS  more tally-mps systems, each with settings of its
+#                own: space-separated NAME=VAR=VALUE[,VAR=VALUE...] (e.g.
+#                "t60=TALLY_TURNAROUND_US=60 q1k=TALLY_QUEUE_US=1000"); each
+#                runs as system tally-mps+NAME after tally-mps, for each BE,
+#                with those variables in both processes' environment
+#                (default none). For trade-off curves: the settings' cost
+#                in HP latency against BE kept, in one run.
+#   PROFILE      cold (default), warm or shared. The runtime's profile (its measurements
 #                of each BE launch shape's forms, made while HP is idle) is
 #                kept in a cache that later runs reuse; each tally co-located
 #                run has a cache folder of its own ($OUT/colocate/profile/,
@@ -104,7 +111,11 @@
 #                warm: an unrecorded run of the same pair (WARMUP_SECONDS,
 #                default HP_SECONDS; logs NAME-warmup.*) fills that cache
 #                first, as a training job's first minutes or an earlier run
-#                would; about doubles the tally runs' time
+#                would; about doubles the tally runs' time. shared: one
+#                cache per BE for every tally system (tally, tally-mps and
+#                TALLY_MPS_VARIANTS' systems), warmed once by the first
+#                (a run of WARMUP_SECONDS); the others start from it and add
+#                to it: comparisons of settings in their steady state
 #   PYTHON       the Python with PyTorch that runs serve.py, train.py,
 #                streams.py and train_gpt.py (default: the first of
 #                /opt/torch/.venv/bin/python and python3 on PATH that imports
@@ -214,6 +225,27 @@ else
   systems=("${all_systems[@]}")
 fi
 want() { [[ " ${systems[*]} " == *" $1 "* ]]; }
+# TALLY_MPS_VARIANTS: names and settings, checked now.
+declare -A VARIANT_ENV=()
+variant_names=()
+read -ra variant_specs <<<"${TALLY_MPS_VARIANTS:-}"
+for v in "${variant_specs[@]}"; do
+  [[ $v =~ ^([A-Za-z0-9_.-]+)=([A-Z_][A-Z0-9_]*=[^,]*(,[A-Z_][A-Z0-9_]*=[^,]*)*)$ ]] ||
+    die "TALLY_MPS_VARIANTS: '$v' is not NAME=VAR=VALUE[,VAR=VALUE...]"
+  [[ -z ${VARIANT_ENV[${BASH_REMATCH[1]}]:-} ]] || die "TALLY_MPS_VARIANTS: '${BASH_REMATCH[1]}' given twice"
+  VARIANT_ENV[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+  variant_names+=("${BASH_REMATCH[1]}")
+done
+((${#variant_names[@]} == 0)) || want tally-mps || die "TALLY_MPS_VARIANTS needs tally-mps among SYSTEMS"
+# colo_variant NAME CONF: colo as system tally-mps+NAME, with its settings.
+colo_variant() {
+  local kv kvs
+  IFS=, read -ra kvs <<<"${VARIANT_ENV[$1]}"
+  for kv in "${kvs[@]}"; do
+    local -x "$kv"
+  done
+  colo "tally-mps+$1" "$2"
+}
 any_tally=0
 want tally || want tally-mps && any_tally=1
 any_mps=0
@@ -287,7 +319,7 @@ fi
 HP_S=${HP_SECONDS:-$HP_S}
 [[ $HP_S =~ ^[1-9][0-9]*$ ]] || die "HP_SECONDS '$HP_S': a whole number of seconds, at least 1"
 PROFILE=${PROFILE:-cold}
-[[ $PROFILE == cold || $PROFILE == warm ]] || die "PROFILE '$PROFILE': cold or warm"
+[[ $PROFILE == cold || $PROFILE == warm || $PROFILE == shared ]] || die "PROFILE '$PROFILE': cold, warm or shared"
 WARM_S=${WARMUP_SECONDS:-$HP_S}
 [[ $WARM_S =~ ^[1-9][0-9]*$ ]] || die "WARMUP_SECONDS '$WARM_S': a whole number of seconds, at least 1"
 # What a run may take beyond its window before it counts as hung: with
@@ -615,7 +647,22 @@ hp_ok() {
 colo() {
   local sys=$1 conf=$2 name=$1-$2 hprc kind hppid='' go='' warmup=${3:-}
   local HP_S=$HP_S profile=
-  if is_tally "$sys"; then
+  if is_tally "$sys" && [[ $PROFILE == shared ]]; then
+    # One cache per BE conf for every tally system (the measurements do not
+    # depend on the settings; each process makes its own choices from
+    # them), warmed once, by the first.
+    local -x TALLY_CACHE_DIR=$L/profile/shared-$conf
+    if [[ -n $warmup ]]; then
+      name=$name-warmup HP_S=$WARM_S
+      rm -rf "$TALLY_CACHE_DIR"
+    elif [[ ! -e $L/profile/shared-$conf.warmed ]]; then
+      colo "$sys" "$conf" warmup
+      mkdir -p "$L/profile" && : >"$L/profile/shared-$conf.warmed"
+      profile="profile warmed by a ${WARM_S} s run (shared)"
+    else
+      profile="profile shared, warmed before"
+    fi
+  elif is_tally "$sys"; then
     # Each pair's own profile cache: a run does not start from another's
     # (a local exported variable: the others' stays once this returns).
     local -x TALLY_CACHE_DIR=$L/profile/$sys-$conf
@@ -941,6 +988,7 @@ fi
   ((torch_hp)) && grep -m1 '^hp: settings' "$L/alone-closed.hp.log" | sed 's/^hp: settings /hp settings: /'
   echo "timing: lead $LEAD s, BE alone $BE_S s, kill checks $KILL_S s"
   echo "systems: ${systems[*]}; BE: ${confs[*]}"
+  for v in "${variant_names[@]}"; do echo "system tally-mps+$v: tally-mps with ${VARIANT_ENV[$v]}"; done
 } >>"$L/device.txt"
 
 hp_alone alone
@@ -1019,6 +1067,9 @@ else
       for conf in "${confs[@]}"; do
         ((quick)) && [[ $conf == gpt ]] && continue
         colo "$sys" "$conf"
+        if [[ $sys == tally-mps ]]; then
+          for v in "${variant_names[@]}"; do colo_variant "$v" "$conf"; done
+        fi
       done
     done
     if ((!quick && kill_ok)) && want tally-mps; then

@@ -310,6 +310,11 @@ struct Coordination {
   std::atomic<uint64_t> Unstoppable{0};
   /// BE launches made while earlier ones were still queued (QueueUs).
   std::atomic<uint64_t> QueuedLaunches{0};
+  /// Guarded BE launch calls (HP present), their time from the decision to
+  /// hold to the return, and the part of it spent waiting for the
+  /// process's own earlier launches to end (one at a time, or the queue's
+  /// budget) rather than for HP.
+  std::atomic<uint64_t> GuardedCalls{0}, GuardedNs{0}, OwnWaitNs{0};
   /// Holds ended by the bound (Config::MaxHoldUs) rather than by HP idle.
   std::atomic<uint64_t> HoldsCut{0};
   /// BE launches that started beside HP instead of waiting because every

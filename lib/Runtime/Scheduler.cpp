@@ -739,6 +739,20 @@ struct HoldingForGuard {
 /// (MaxHoldUs bounds the sum), and whether the bound was reached.
 thread_local uint64_t LaunchHeldNs = 0;
 thread_local bool LaunchHoldCut = false;
+
+/// Adds a guarded BE launch call's time, from the decision to hold it to
+/// its return, to the statistics.
+struct GuardedCallTimer {
+  explicit GuardedCallTimer(Coordination &Co) : Co(Co), Start(monotonicNs()) {}
+  ~GuardedCallTimer() {
+    Co.GuardedCalls.fetch_add(1, std::memory_order_relaxed);
+    Co.GuardedNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
+  }
+  GuardedCallTimer(const GuardedCallTimer &) = delete;
+  GuardedCallTimer &operator=(const GuardedCallTimer &) = delete;
+  Coordination &Co;
+  uint64_t Start;
+};
 } // namespace
 
 void Runtime::Impl::beginBeLaunch() {
@@ -753,9 +767,17 @@ bool Runtime::Impl::holdCut() { return LaunchHoldCut; }
 /// waited for HP that long in all). Never forever: a dead HP process's
 /// activity stops counting once its heartbeat is stale.
 template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpMatters) {
-  uint64_t Start = 0;
+  uint64_t Start = 0, OwnStart = 0;
   for (unsigned Spin = 0;; ++Spin) {
     bool Wait = Busy();
+    // The time this launch waits for the process's own earlier launches
+    // (one at a time, or the queue's budget): for the statistics.
+    if (Wait && !OwnStart) {
+      OwnStart = monotonicNs();
+    } else if (!Wait && OwnStart) {
+      Co.OwnWaitNs.fetch_add(monotonicNs() - OwnStart, std::memory_order_relaxed);
+      OwnStart = 0;
+    }
     if (!Wait && HpMatters && !LaunchHoldCut) {
       Policy::Mode Mode;
       bool Bound = false;
@@ -789,6 +811,8 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
     else
       std::this_thread::sleep_for(std::chrono::microseconds(10));
   }
+  if (OwnStart) // (only at exit)
+    Co.OwnWaitNs.fetch_add(monotonicNs() - OwnStart, std::memory_order_relaxed);
   if (Start) {
     uint64_t Held = monotonicNs() - Start;
     LaunchHeldNs += Held;
@@ -943,6 +967,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     return launchForm(K, A, Original, C, S, F, nullptr, /*Scheduled=*/true, /*Paced=*/false);
   }
   HoldingForGuard Holding(K);
+  GuardedCallTimer Timer(Co);
   // One BE launch at a time, each after HP has been idle for the window;
   // with a queue budget, launches whose wait is known may queue (below);
   // under MPS, short originals need not wait for HP (besideOk).

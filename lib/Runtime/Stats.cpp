@@ -333,6 +333,13 @@ void Runtime::Impl::writeStats() {
                  (unsigned long long)Co.QueueUs.load(),
                  Co.QueueDefault ? " (the default of a below-normal-priority MPS client)" : "",
                  (unsigned long long)Co.QueuedLaunches.load());
+  if (Co.Usable && Cfg.Prio != Priority::High && Co.GuardedCalls.load())
+    std::fprintf(E,
+                 "tally: %llu launch calls made while HP was present took %.3f ms in all: "
+                 "%.3f ms held for HP, %.3f ms waiting for this process's own earlier "
+                 "launches to end\n",
+                 (unsigned long long)Co.GuardedCalls.load(), Co.GuardedNs.load() / 1e6,
+                 Co.HeldNs.load() / 1e6, Co.OwnWaitNs.load() / 1e6);
   if (Co.Usable && Cfg.Prio != Priority::High && Co.HpOffMpsSeen.load())
     std::fprintf(E, "tally: an HP process that is no MPS client was seen: while it was there, "
                     "nothing ran beside HP and the queue's default was off\n");
@@ -443,6 +450,7 @@ void Runtime::Impl::writeStats() {
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"queue_us\": %llu, \"queue_default\": %s, \"queued_launches\": %llu, "
+               "\"guarded_calls\": %llu, \"guarded_call_ms\": %.6f, \"own_wait_ms\": %.6f, "
                "\"max_hold_us\": %llu, "
                "\"holds_cut\": %llu, "
                "\"hp_wait_share_percent\": %u, \"launch_bound_starts\": %llu, "
@@ -470,7 +478,9 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.Measured.load(), (unsigned long long)Co.Discarded.load(),
                (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Co.QueueUs.load(),
                Co.QueueDefault ? "true" : "false",
-               (unsigned long long)Co.QueuedLaunches.load(), (unsigned long long)Cfg.MaxHoldUs,
+               (unsigned long long)Co.QueuedLaunches.load(),
+               (unsigned long long)Co.GuardedCalls.load(), Co.GuardedNs.load() / 1e6,
+               Co.OwnWaitNs.load() / 1e6, (unsigned long long)Cfg.MaxHoldUs,
                (unsigned long long)Co.HoldsCut.load(), Cfg.HpWaitSharePercent,
                (unsigned long long)Co.LaunchBoundStarts.load(),
                (unsigned long long)Co.Spans.load(), Co.SpanSumNs.load() / 1e6,
