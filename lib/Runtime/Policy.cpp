@@ -152,6 +152,7 @@ Choice Policy::choose(const LaunchShape &S) {
     return D->second;
   }
   std::vector<Choice> Cands = candidates(S);
+  const bool OnlyOriginal = Cands.size() == 1;
   std::vector<Measurement> Ms;
   for (Choice &C : Cands) {
     Ms.push_back(lookup(S.Key, C.name()));
@@ -159,6 +160,14 @@ Choice Policy::choose(const LaunchShape &S) {
       ++Misses;
       C.Measuring = true;
       return C;
+    }
+    // The original (first) within the target ends the measuring: a
+    // variant is the same code with more work, so none would be faster by
+    // more than noise, and each of their measurements is a launch made
+    // slower, held for HP to be idle and thrown away when HP comes by.
+    if (Ms.size() == 1 && Cands.size() > 1 && withinTarget(S, C, Ms.back().BestNs)) {
+      Cands.resize(1);
+      break;
     }
   }
   // Every candidate measured: the fastest within the target, else the
@@ -194,7 +203,7 @@ Choice Policy::choose(const LaunchShape &S) {
   Made.WaitUs = waitUs(S, C, Ms[Best].BestNs);
   Made.MeetsTarget = withinTarget(S, C, Ms[Best].BestNs);
   Made.Short = double(waitNs(S, C, Ms[Best].BestNs)) <= Cfg.TurnaroundUs * 1e3;
-  Made.OriginalOnly = Cands.size() == 1;
+  Made.OriginalOnly = OnlyOriginal;
   // A shape chosen again (besideChecked revoked it) keeps one entry.
   auto Old = std::find_if(Decisions.begin(), Decisions.end(),
                           [&](const Decision &D) { return D.Key == S.Key; });

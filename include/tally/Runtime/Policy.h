@@ -20,7 +20,10 @@
 //    with chunks of 4; slices of one wave and of a quarter wave) are each
 //    measured `Repeats` times on real launches made while HP is idle (every
 //    form computes the same result, so measuring costs only the time a
-//    slower form takes); then the fastest candidate whose estimated
+//    slower form takes); the original is measured first, and when it is
+//    within the target nothing else is (a variant, the same code with more
+//    work, would not be faster by more than noise); else the fastest
+//    candidate whose estimated
 //    turnaround (how long an arriving HP kernel waits for it) is within
 //    `TurnaroundUs` is chosen. If none is, the one with the shortest
 //    turnaround among those at most 1.5x slower than the fastest. Under

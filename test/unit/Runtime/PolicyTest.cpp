@@ -449,18 +449,23 @@ TEST(PolicyChoice, UnderMpsARevokedOriginalIsChosenAgain) {
   Mps.Beside = true;
   Policy P(Mps);
   LaunchShape S = shape("revoked", 132 * 2);
-  Choice C = profile(P, S, [](const Choice &X) -> uint64_t {
+  auto Time = [](const Choice &X) -> uint64_t {
     return X.F == Form::Original ? 20 * Us : X.F == Form::Ptb && X.Workers == 132 ? 30 * Us
                                                                                  : 36 * Us;
-  });
+  };
+  Choice C = profile(P, S, Time);
   ASSERT_EQ(C.F, Form::Original);
+  EXPECT_EQ(P.profileMisses(), 2u) << "the original within the target did not end the measuring";
   ASSERT_TRUE(P.besideOk(S, C));
   bool Revoked = false;
   for (unsigned I = 0; I < Policy::BesideRevokeOver; ++I)
     Revoked = P.besideChecked(S.Key, 200 * Us);
   ASSERT_TRUE(Revoked);
   EXPECT_FALSE(P.besideOk(S, C));
-  Choice Again = P.choose(S);
+  // The original no longer within the target, the variants are measured
+  // now (its measurements had ended the measuring).
+  EXPECT_TRUE(P.choose(S).Measuring);
+  Choice Again = profile(P, S, Time);
   EXPECT_FALSE(Again.Measuring);
   EXPECT_EQ(Again.F, Form::Ptb);
   EXPECT_EQ(Again.Workers, 132u);
@@ -498,11 +503,32 @@ TEST(PolicyChoice, UnderMpsMeetsTargetIsBesideOk) {
 TEST(PolicyChoice, ShortKernelsRunAsTheyAre) {
   Policy P;
   LaunchShape S = shape("short", 1000);
-  // 20 us in all: within the target as it is, and fastest.
-  Choice C = profile(P, S, [](const Choice &X) -> uint64_t {
+  // 20 us in all: within the target as it is. Its two measurements end the
+  // measuring: no variant is tried (each would be a slower launch, made
+  // only while HP is idle).
+  std::map<std::string, int> Seen;
+  Choice C = profile(P, S, [&](const Choice &X) -> uint64_t {
+    ++Seen[X.name()];
     return X.F == Form::Original ? 20 * Us : 24 * Us;
   });
   EXPECT_EQ(C.F, Form::Original);
+  EXPECT_EQ(Seen.size(), 1u);
+  EXPECT_EQ(Seen["original"], 2);
+  EXPECT_EQ(P.profileMisses(), 2u);
+  ASSERT_EQ(P.decisions().size(), 1u);
+  EXPECT_EQ(P.decisions()[0].Chosen, "original");
+  EXPECT_TRUE(P.decisions()[0].MeetsTarget);
+  EXPECT_FALSE(P.decisions()[0].OriginalOnly) << "the kernel has variants";
+  // Under MPS the target means beside HP, with a quarter to spare: 20 us
+  // is within it (25 us), 30 us is not, and the variants are measured.
+  PolicyConfig Mps;
+  Mps.Beside = true;
+  Policy M(Mps);
+  EXPECT_EQ(profile(M, S, [](const Choice &) { return 20 * Us; }).F, Form::Original);
+  EXPECT_EQ(M.profileMisses(), 2u);
+  LaunchShape L = shape("longer", 1000);
+  profile(M, L, [](const Choice &X) -> uint64_t { return X.F == Form::Original ? 30 * Us : 36 * Us; });
+  EXPECT_EQ(M.profileMisses(), 2u + 2u * Policy::candidates(L).size());
 }
 
 // Under MPS (PTB beside HP at 50 % of a wave), an original whose grid fits
