@@ -142,8 +142,9 @@ struct Config {
   /// 0.40 of its speed one launch at a time, 0.54 with 150 us and 0.56 with
   /// 1000 us (10 s, HP's p50 the same in all three); the Triton training,
   /// its profile warm, 0.55-0.63 with 200 us and 0.70-0.72 with 1000 us
-  /// (three runs each, HP's p50 230.8 and 231.6 us at the median), and
-  /// be-spin of 10 and 100 us blocks the same with both.
+  /// (four and three runs, HP's p50 227.5 and 231.6 us at the median), and
+  /// be-spin of 10 and 100 us blocks the same with both (HP's p50 beside
+  /// 10 us blocks 3 % higher).
   static constexpr uint64_t MpsQueueUs = 1000;
   /// Under MPS, BE launches measured to be short (an original whose time,
   /// with a quarter more, is within TurnaroundUs) may start while HP works:
