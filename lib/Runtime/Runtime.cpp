@@ -685,8 +685,10 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   int Sample = -1;
   // A BE process with no HP activity to protect runs originals untracked:
   // decided without capture checks or context lookups (mode cached for a
-  // few microseconds); unless the statistics time this launch.
-  if (Sched && !Hp && !S.Cfg.Forced && S.Co.Usable && S.freeMode()) {
+  // few microseconds); unless the statistics time this launch, or its
+  // shape's forms may still need measuring (launchBe measures them).
+  if (Sched && !Hp && !S.Cfg.Forced && S.Co.Usable && S.freeMode() &&
+      !S.freeMeasureWanted(*K, A)) {
     if (WantTiming)
       Sample = S.sampleTiming(*K, Form::Original) ? 1 : 0;
     if (Sample != 1) {

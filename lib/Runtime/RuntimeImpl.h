@@ -91,6 +91,13 @@ struct KernelEntry {
   }
 
   bool hasVariants() const { return Slice || Ptb; }
+
+  /// BE: launch shapes (LaunchArgs' grid, block and shared memory, hashed;
+  /// never 0) whose profile was complete when a Free-mode launch looked
+  /// (Runtime::Impl::freeMeasureWanted): the last FreeKnownWays seen.
+  static constexpr unsigned FreeKnownWays = 8;
+  std::atomic<uint64_t> FreeKnown[FreeKnownWays] = {};
+  std::atomic<uint32_t> FreeKnownNext{0};
 };
 
 struct ModuleEntry {
@@ -207,6 +214,17 @@ struct PendingMeasure {
   uint64_t Preemptions = 0; ///< the process's count when it was launched
 };
 
+/// A form measured in Free mode (Runtime::Impl::measureFree): the events
+/// around its launch, read once it has ended.
+struct FreeMeasurement {
+  ContextState *C = nullptr;
+  CUevent Start = nullptr, End = nullptr;
+  LaunchShape Shape;
+  Choice Pick;
+  uint64_t Arrivals = 0;
+  uint64_t Preemptions = 0;
+};
+
 /// Cross-process scheduling (Scheduler.cpp).
 /// HP: the request a thread is in, as its waits see it (Runtime::waitDone):
 /// from its first announced launch after its last wait (StartNs, 0: none),
@@ -230,6 +248,16 @@ struct Coordination {
   /// One BE launch decided and issued at a time.
   std::mutex BeMu;
   PendingMeasure Measure;
+  /// Free-mode measurements in flight (BeMu), at most FreeMeasureMax; the
+  /// launch path looks for ended ones at most once per FreeMeasurePollNs
+  /// (FreeMeasureNextNs) while a shape's profile is incomplete.
+  static constexpr size_t FreeMeasureMax = 8;
+  static constexpr uint64_t FreeMeasurePollNs = 20'000;
+  std::vector<FreeMeasurement> FreeMeasures;
+  std::atomic<uint64_t> FreeMeasureNextNs{0};
+  /// Free-mode measuring launches, and their measurements kept and
+  /// discarded (HP came by while one ran).
+  std::atomic<uint64_t> FreeMeasureLaunches{0}, FreeMeasured{0}, FreeDiscarded{0};
   /// HP: the segment's mapping and completion word as the GPU sees them
   /// (the word moves when the process joins again in another slot; under
   /// HpIssueMu).
@@ -586,6 +614,21 @@ struct Runtime::Impl {
   /// Queue budget: remembers a launch just made on \p S.
   void queueBe(ContextState &C, CUstream S, uint64_t WaitNs);
   void finishMeasurement();
+  /// The profile's key and sizes of a launch (false: none, as for an empty
+  /// or oversized grid).
+  bool launchShape(KernelEntry &K, const LaunchArgs &A, ContextState &C, bool Variants,
+                   bool Beside, bool OffMps, LaunchShape &Sh);
+  /// Free mode: should this launch leave the fast path (its shape's
+  /// profile may be incomplete, and a look is due)?
+  bool freeMeasureWanted(KernelEntry &K, const LaunchArgs &A);
+  /// Free mode, BeMu held: launches the candidate due for this launch's
+  /// shape, timed (true, with R and F), or nothing (false: the original goes
+  /// as usual).
+  bool measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
+                   CUstream S, Form &F, Timing *T, CUresult &R);
+  /// BeMu held: the Free-mode measurements that have ended go to the
+  /// profile (or are discarded when HP came by).
+  void collectFreeMeasurements();
   /// HP: the GPU writes \p Seq into the segment once the work queued on
   /// \p S so far has ended (an event on S, the signal stream waits for it
   /// and writes). False when a driver call failed (nothing written).

@@ -941,6 +941,175 @@ void Runtime::Impl::finishMeasurement() {
   Co.Measured.fetch_add(1, std::memory_order_relaxed);
 }
 
+bool Runtime::Impl::launchShape(KernelEntry &K, const LaunchArgs &A, ContextState &C,
+                                bool Variants, bool Beside, bool OffMps, LaunchShape &Sh) {
+  Sh.Key.Kernel = K.ProfileName.empty() ? K.Name : K.ProfileName;
+  // Launches only the original can make (a cluster, a cooperative launch:
+  // cuBLAS's and cuDNN's Hopper kernels come so) are a shape of their own:
+  // the choice made for the kernel's other launches (a variant) is not
+  // theirs, nor theirs (the original) the others'.
+  if (A.OriginalOnly && !Sh.Key.Kernel.empty())
+    Sh.Key.Kernel += "#original-only";
+  for (int I = 0; I < 3; ++I) {
+    Sh.Key.Grid[I] = A.Grid[I];
+    Sh.Key.Block[I] = A.Block[I];
+  }
+  Sh.Key.Shared = A.SharedBytes;
+  Sh.Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
+  if (Sh.Blocks == 0 || Sh.Blocks > UINT32_MAX || Sh.Key.Kernel.empty())
+    return false;
+  Sh.HasPtb = Variants && K.Ptb && PtbUsable;
+  Sh.HasSlice = Variants && K.Slice.has_value();
+  Sh.PtbPerSM = Sh.HasPtb ? workersPerSM(C, K.PtbFn, K.IsLibraryKernel, A) : 0;
+  Sh.SlicePerSM = Sh.HasSlice ? workersPerSM(C, K.SliceFn, K.IsLibraryKernel, A) : 0;
+  Sh.SMs = C.SMs;
+  // The original's footprint, for besideSmall (a cluster's occupancy is
+  // another matter: not for those).
+  // (With client priority the queue's estimate of an original is one
+  // wave of it: needed then too.)
+  Sh.OrigPerSM = (Beside || (Co.Pol->config().BlocksFirst && !OffMps)) && !A.OriginalOnly
+                     ? workersPerSM(C, A.F, K.IsLibraryKernel, A)
+                     : 0;
+  return true;
+}
+
+namespace {
+/// A launch's grid, block and shared memory, hashed (FNV-1a; never 0).
+uint64_t shapeHash(const LaunchArgs &A) {
+  uint64_t H = 1469598103934665603ull;
+  for (uint64_t V : {uint64_t(A.Grid[0]), uint64_t(A.Grid[1]), uint64_t(A.Grid[2]),
+                     uint64_t(A.Block[0]), uint64_t(A.Block[1]), uint64_t(A.Block[2]),
+                     uint64_t(A.SharedBytes)})
+    H = (H ^ V) * 1099511628211ull;
+  return H | 1;
+}
+
+bool freeKnown(const KernelEntry &K, uint64_t H) {
+  for (const std::atomic<uint64_t> &E : K.FreeKnown)
+    if (E.load(std::memory_order_relaxed) == H)
+      return true;
+  return false;
+}
+
+void markFreeKnown(KernelEntry &K, uint64_t H) {
+  uint32_t I = K.FreeKnownNext.fetch_add(1, std::memory_order_relaxed);
+  K.FreeKnown[I % KernelEntry::FreeKnownWays].store(H, std::memory_order_relaxed);
+}
+} // namespace
+
+bool Runtime::Impl::freeMeasureWanted(KernelEntry &K, const LaunchArgs &A) {
+  // Only kernels with variants: a choice to make. (Kernels without, which
+  // under MPS are measured for running beside HP, are measured in Guarded
+  // mode as before: an eager PyTorch job's launches keep the fast path.)
+  if (!Cfg.FreeMeasure || A.OriginalOnly || !K.hasVariants() ||
+      K.Disabled.load(std::memory_order_relaxed))
+    return false;
+  if (freeKnown(K, shapeHash(A)))
+    return false;
+  // A shape not known to be complete: a look at most once per poll period
+  // (it costs a context lookup and the profile's lock).
+  const uint64_t Now = monotonicNs();
+  uint64_t Next = Co.FreeMeasureNextNs.load(std::memory_order_relaxed);
+  if (Now < Next)
+    return false;
+  return Co.FreeMeasureNextNs.compare_exchange_strong(Next, Now + Coordination::FreeMeasurePollNs,
+                                                      std::memory_order_relaxed);
+}
+
+void Runtime::Impl::collectFreeMeasurements() {
+  std::vector<FreeMeasurement> &All = Co.FreeMeasures;
+  for (size_t I = 0; I < All.size();) {
+    FreeMeasurement &M = All[I];
+    if (!M.C->Dead.load(std::memory_order_acquire)) {
+      CUresult Q = D.cuEventQuery(M.End);
+      if (Q == CUDA_ERROR_NOT_READY) {
+        ++I;
+        continue;
+      }
+      float Ms = 0;
+      if (Q == CUDA_SUCCESS && D.cuEventElapsedTime(&Ms, M.Start, M.End) == CUDA_SUCCESS &&
+          Ms > 0) {
+        const uint64_t Now = monotonicNs();
+        std::lock_guard<std::mutex> G(Co.PolMu);
+        Co.Pol->observe(Now, observeHp(Now));
+        if (Co.Pol->arrivals() != M.Arrivals ||
+            Co.Preemptions.load(std::memory_order_relaxed) != M.Preemptions) {
+          Co.FreeDiscarded.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          Co.Pol->measured(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6));
+          Co.Measured.fetch_add(1, std::memory_order_relaxed);
+          Co.FreeMeasured.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      std::lock_guard<std::mutex> G(M.C->Mu);
+      M.C->FreeTimingEvents.push_back(M.Start); // a recorded event may be recorded again
+      M.C->FreeTimingEvents.push_back(M.End);
+    } // (a dead context took its events with it)
+    All.erase(All.begin() + static_cast<std::ptrdiff_t>(I));
+  }
+}
+
+bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
+                                ContextState &C, CUstream S, Form &F, Timing *T, CUresult &R) {
+  if (!Cfg.FreeMeasure || A.OriginalOnly || !K.hasVariants() ||
+      K.Disabled.load(std::memory_order_relaxed) ||
+      Co.FreeMeasures.size() >= Coordination::FreeMeasureMax)
+    return false;
+  const uint64_t H = shapeHash(A);
+  if (freeKnown(K, H))
+    return false; // (a launch timed for the statistics comes this way)
+  const bool OffMps = Co.HpOffMps.load(std::memory_order_relaxed);
+  const bool Beside = Co.Mps && Cfg.Beside && !OffMps;
+  LaunchShape Sh;
+  if (!launchShape(K, A, C, /*Variants=*/true, Beside, OffMps, Sh)) {
+    markFreeKnown(K, H);
+    return false;
+  }
+  FreeMeasurement M;
+  {
+    std::lock_guard<std::mutex> G(Co.PolMu);
+    M.Pick = Co.Pol->choose(Sh);
+    if (!M.Pick.Measuring) {
+      markFreeKnown(K, H); // complete: originals at full speed from here on
+      return false;
+    }
+    const uint64_t Now = monotonicNs();
+    Co.Pol->observe(Now, observeHp(Now));
+    M.Arrivals = Co.Pol->arrivals();
+  }
+  M.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
+  M.C = &C;
+  M.Start = acquireEvent(C, true);
+  M.End = acquireEvent(C, true);
+  auto GiveBack = [&] {
+    std::lock_guard<std::mutex> G(C.Mu);
+    for (CUevent E : {M.Start, M.End})
+      if (E)
+        C.FreeTimingEvents.push_back(E);
+  };
+  if (!M.Start || !M.End || D.cuEventRecord(M.Start, S) != CUDA_SUCCESS) {
+    GiveBack();
+    return false;
+  }
+  M.Shape = std::move(Sh);
+  F = M.Pick.F;
+  if (T)
+    startTiming(*T, K, F, C, S);
+  Co.FreeMeasureLaunches.fetch_add(1, std::memory_order_relaxed);
+  const Choice Pick = M.Pick;
+  // Slices paced as in Guarded mode (each issued once the last ended), so
+  // that their time is what they cost there.
+  R = launchForm(K, A, Original, C, S, F, &Pick, /*Scheduled=*/true,
+                 /*Paced=*/F == Form::Slice);
+  // (A variant that failed to launch went to the original: not this
+  // candidate's time.)
+  if (R == CUDA_SUCCESS && F == Pick.F && D.cuEventRecord(M.End, S) == CUDA_SUCCESS)
+    Co.FreeMeasures.push_back(std::move(M));
+  else
+    GiveBack();
+  return true;
+}
+
 CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
                                  ContextState &C, CUstream S, Form &F, Timing *T) {
   std::lock_guard<std::mutex> BeLock(Co.BeMu);
@@ -948,6 +1117,15 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   Policy::Mode Mode;
   bool Bound = false;
   observeBusy(&Mode, nullptr, &Bound);
+  if (!Co.FreeMeasures.empty())
+    collectFreeMeasurements();
+  if (Mode == Policy::Mode::Free && !Cfg.Forced) {
+    // The profile filled while HP is away: a launch of a shape whose forms
+    // are not all measured runs the candidate due, timed, not held.
+    CUresult R = CUDA_SUCCESS;
+    if (measureFree(K, A, Original, C, S, F, T, R))
+      return R;
+  }
   if (Mode == Policy::Mode::Free || (Bound && !Cfg.Forced)) {
     // No HP work to protect: the original at full speed, untracked; or the
     // forced form, launched as in one process (a PTB launch is still
@@ -1012,31 +1190,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   } else {
     // Kernels without variants are measured too under MPS: a short one
     // may run beside HP.
-    Sh.Key.Kernel = K.ProfileName.empty() ? K.Name : K.ProfileName;
-    // Launches only the original can make are a shape of their own: the
-    // choice made for the kernel's other launches (a variant) is not theirs,
-    // nor theirs (the original) the others'.
-    if (A.OriginalOnly && !Sh.Key.Kernel.empty())
-      Sh.Key.Kernel += "#original-only";
-    for (int I = 0; I < 3; ++I) {
-      Sh.Key.Grid[I] = A.Grid[I];
-      Sh.Key.Block[I] = A.Block[I];
-    }
-    Sh.Key.Shared = A.SharedBytes;
-    Sh.Blocks = uint64_t(A.Grid[0]) * A.Grid[1] * A.Grid[2];
-    Sh.HasPtb = Variants && K.Ptb && PtbUsable;
-    Sh.HasSlice = Variants && K.Slice.has_value();
-    Sh.PtbPerSM = Sh.HasPtb ? workersPerSM(C, K.PtbFn, K.IsLibraryKernel, A) : 0;
-    Sh.SlicePerSM = Sh.HasSlice ? workersPerSM(C, K.SliceFn, K.IsLibraryKernel, A) : 0;
-    Sh.SMs = C.SMs;
-    // The original's footprint, for besideSmall (a cluster's occupancy is
-    // another matter: not for those).
-    // (With client priority the queue's estimate of an original is one
-    // wave of it: needed then too.)
-    Sh.OrigPerSM = (Beside || (Co.Pol->config().BlocksFirst && !OffMps)) && !A.OriginalOnly
-                       ? workersPerSM(C, A.F, K.IsLibraryKernel, A)
-                       : 0;
-    if (Sh.Blocks == 0 || Sh.Blocks > UINT32_MAX || Sh.Key.Kernel.empty()) {
+    if (!launchShape(K, A, C, Variants, Beside, OffMps, Sh)) {
       F = Form::Original;
     } else {
       std::lock_guard<std::mutex> G(Co.PolMu);

@@ -340,6 +340,13 @@ void Runtime::Impl::writeStats() {
                  "launches to end\n",
                  (unsigned long long)Co.GuardedCalls.load(), Co.GuardedNs.load() / 1e6,
                  Co.HeldNs.load() / 1e6, Co.OwnWaitNs.load() / 1e6);
+  if (Co.Usable && Cfg.Prio != Priority::High && Co.FreeMeasureLaunches.load())
+    std::fprintf(E,
+                 "tally: profile measured with no HP activity: %llu launches measuring "
+                 "(%llu measurements kept, %llu discarded because HP came by)\n",
+                 (unsigned long long)Co.FreeMeasureLaunches.load(),
+                 (unsigned long long)Co.FreeMeasured.load(),
+                 (unsigned long long)Co.FreeDiscarded.load());
   if (Co.Usable && Cfg.Prio != Priority::High && Co.HpOffMpsSeen.load())
     std::fprintf(E, "tally: an HP process that is no MPS client was seen: while it was there, "
                     "nothing ran beside HP and the queue's default was off\n");
@@ -451,6 +458,8 @@ void Runtime::Impl::writeStats() {
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"queue_us\": %llu, \"queue_default\": %s, \"queued_launches\": %llu, "
                "\"guarded_calls\": %llu, \"guarded_call_ms\": %.6f, \"own_wait_ms\": %.6f, "
+               "\"free_measure\": {\"enabled\": %s, \"launches\": %llu, \"kept\": %llu, "
+               "\"discarded\": %llu}, "
                "\"max_hold_us\": %llu, "
                "\"holds_cut\": %llu, "
                "\"hp_wait_share_percent\": %u, \"launch_bound_starts\": %llu, "
@@ -480,7 +489,10 @@ void Runtime::Impl::writeStats() {
                Co.QueueDefault ? "true" : "false",
                (unsigned long long)Co.QueuedLaunches.load(),
                (unsigned long long)Co.GuardedCalls.load(), Co.GuardedNs.load() / 1e6,
-               Co.OwnWaitNs.load() / 1e6, (unsigned long long)Cfg.MaxHoldUs,
+               Co.OwnWaitNs.load() / 1e6, Cfg.FreeMeasure ? "true" : "false",
+               (unsigned long long)Co.FreeMeasureLaunches.load(),
+               (unsigned long long)Co.FreeMeasured.load(),
+               (unsigned long long)Co.FreeDiscarded.load(), (unsigned long long)Cfg.MaxHoldUs,
                (unsigned long long)Co.HoldsCut.load(), Cfg.HpWaitSharePercent,
                (unsigned long long)Co.LaunchBoundStarts.load(),
                (unsigned long long)Co.Spans.load(), Co.SpanSumNs.load() / 1e6,

@@ -86,6 +86,8 @@ const char *Variables =
     "  TALLY_STATS_TURNAROUND  1: an HP process's --stats also time each launch's\n"
     "                     turnaround (a thread spins beside the service)\n"
     "  TALLY_BESIDE       0: under MPS, BE kernels wait for HP to be idle (none beside)\n"
+    "  TALLY_FREE_MEASURE 0: a BE process measures its kernels' forms only while HP\n"
+    "                     is present and idle (default 1: also with no HP activity)\n"
     "  TALLY_BESIDE_PTB_PERCENT  under MPS, a BE PTB launch keeps this share of a\n"
     "                     wave of workers beside HP (default 50; 0: it leaves)\n"
     "  TALLY_WIDEN_US     a narrow PTB launch takes all its workers back after HP was\n"
@@ -452,6 +454,12 @@ int main(int Argc, char **Argv) {
                 "work whose slices are, starts at once, as does an original whose grid fits "
                 "in --beside-ptb-percent of a wave; PTB launches keep that share of their "
                 "workers)");
+  bool NoFreeMeasure = false;
+  Run->add_flag("--no-free-measure", NoFreeMeasure,
+                "best-effort: measure the forms of a kernel's launch shape only in Guarded "
+                "mode, while HP is present and idle, holding the launch (default: also with "
+                "no HP activity, where a launch of a shape whose profile is incomplete runs "
+                "the candidate due among the program's other launches, timed, not held)");
   bool NoMpsPriority = false;
   Run->add_flag("--no-mps-priority", NoMpsPriority,
                 "best-effort: leave CUDA_MPS_CLIENT_PRIORITY as it is (default: unless it is "
@@ -614,6 +622,8 @@ int main(int Argc, char **Argv) {
     Set("TALLY_HP_WAIT_SHARE", std::to_string(HpWaitShare));
   if (NoBeside)
     Set("TALLY_BESIDE", "0");
+  if (NoFreeMeasure)
+    Set("TALLY_FREE_MEASURE", "0");
   // Under MPS, the hardware's own priority between clients: a BE process's
   // blocks are scheduled after HP's. The scheduler still holds, slices and
   // preempts BE kernels; this only orders the blocks both have waiting.

@@ -150,6 +150,12 @@ struct Config {
   /// with a quarter more, is within TurnaroundUs) may start while HP works:
   /// they run beside it instead of waiting for HP to be idle.
   bool Beside = true;
+  /// A BE process measures its kernels' forms in Free mode too (no HP
+  /// activity for the silence window): a launch of a shape whose profile is
+  /// incomplete runs the candidate due, timed among the program's other
+  /// launches without holding it (Runtime::Impl::measureFree), so that the
+  /// profile is filled before HP's load comes rather than while it does.
+  bool FreeMeasure = true;
   /// Under MPS (and with Beside), a BE PTB launch keeps this percentage of
   /// a full wave of workers (at least one) while HP works instead of leaving
   /// the GPU: it starts narrow, or is narrowed when HP arrives (0: PTB

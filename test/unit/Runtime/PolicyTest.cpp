@@ -820,6 +820,14 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   EXPECT_NE(E.find("TALLY_BESIDE_PTB_PERCENT"), std::string::npos) << E;
   C = configOf({{"TALLY_WIDEN_US", "soon"}}, E);
   EXPECT_FALSE(C.Enabled);
+  // Measuring in Free mode: on unless turned off.
+  EXPECT_TRUE(configOf({}, E).FreeMeasure);
+  C = configOf({{"TALLY_FREE_MEASURE", "0"}}, E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_FALSE(C.FreeMeasure);
+  C = configOf({{"TALLY_FREE_MEASURE", "sometimes"}}, E);
+  EXPECT_FALSE(C.Enabled);
+  EXPECT_NE(E.find("TALLY_FREE_MEASURE"), std::string::npos) << E;
 }
 
 // The JSON statistics of a process that is not the one `tally run` started

@@ -778,6 +778,42 @@ void measureWhileHpIdle(tally::rt::Segment &Hp, CUfunction K, LaunchFn Launch = 
 
 } // namespace
 
+// A best-effort process with no HP process about (Free mode) measures its
+// kernel's forms among its launches, none held: the candidates due run
+// (every block once each time), then, the profile complete, the original
+// every time. The ctest entries check the counts in the statistics: 14
+// measurements (7 candidates twice: 0.5 ms, the original not within the
+// target), 2 with FAKE_ELAPSED_US=10 (the original within it ends the
+// measuring), none with TALLY_FREE_MEASURE=0 (originals all along).
+TEST(ScheduleBe, FormsAreMeasuredWithoutHp) {
+  Module M("be_free");
+  const bool Off = std::getenv("TALLY_FREE_MEASURE") &&
+                   std::string(std::getenv("TALLY_FREE_MEASURE")) == "0";
+  fake_log_clear();
+  for (int I = 0; I < 80; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+    std::this_thread::sleep_for(std::chrono::microseconds(50)); // past the poll period
+  }
+  const size_t Variants =
+      countPrefix("launch be_free__tally_ptb") + countPrefix("launch be_free__tally_slice");
+  if (Off)
+    EXPECT_EQ(Variants, 0u) << "a variant ran with TALLY_FREE_MEASURE=0";
+  else
+    EXPECT_GT(Variants + countPrefix("launch be_free grid=40x1x1"), 0u);
+  fake_log_clear();
+  for (int I = 0; I < 10; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+  EXPECT_EQ(countPrefix("launch be_free grid=40x1x1"), 10u)
+      << "the profile complete, a launch was not the original";
+}
+
 // A best-effort process: while an HP process has work on the GPU, its
 // launches wait; once HP is done (and idle for the window) they go, and
 // every logical block runs once.

@@ -115,6 +115,26 @@ add_test(NAME runtime-schedule-be-profile
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-schedule.py ${_rt_dir}/be-stats.json
           ${_rt_dir}/cache-be ${_rt_dir}/be-stats-again.json)
 set_tests_properties(runtime-schedule-be-profile PROPERTIES FIXTURES_REQUIRED runtime-be-second)
+# Free mode (no HP process in its own segment folder): the profile filled
+# among the launches (ScheduleBe.FormsAreMeasuredWithoutHp).
+file(MAKE_DIRECTORY ${_rt_dir}/shm-free-all ${_rt_dir}/shm-free-early ${_rt_dir}/shm-free-off)
+foreach(_case "all;;14 measurements kept, 0 discarded" "early;FAKE_ELAPSED_US=10;2 measurements kept, 0 discarded")
+  list(GET _case 0 _name)
+  list(GET _case 1 _extra)
+  list(GET _case 2 _kept)
+  add_test(NAME runtime-schedule-free-measure-${_name}
+    COMMAND RuntimeTests --gtest_filter=ScheduleBe.FormsAreMeasuredWithoutHp)
+  set_tests_properties(runtime-schedule-free-measure-${_name} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-free-${_name};TALLY_PROFILE_CACHE=0;TALLY_STATS=1;${_extra}"
+    PASS_REGULAR_EXPRESSION "profile measured with no HP activity: [0-9]+ launches measuring \\(${_kept}"
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+endforeach()
+add_test(NAME runtime-schedule-free-measure-off
+  COMMAND RuntimeTests --gtest_filter=ScheduleBe.FormsAreMeasuredWithoutHp)
+set_tests_properties(runtime-schedule-free-measure-off PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-free-off;TALLY_PROFILE_CACHE=0;TALLY_STATS=1;TALLY_FREE_MEASURE=0"
+  PASS_REGULAR_EXPRESSION "PASSED"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|profile measured with no HP activity")
 add_test(NAME runtime-schedule-max-hold COMMAND RuntimeTests --gtest_filter=ScheduleBe.AHoldEndsAtTheBound)
 set_tests_properties(runtime-schedule-max-hold PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-max-hold;TALLY_PROFILE_CACHE=0;TALLY_MAX_HOLD_US=200000;TALLY_SILENCE_MS=60000;TALLY_STATS=1"
