@@ -97,7 +97,8 @@
 #                SYSTEMS="mps mps-prio tally-mps", each with its own OUT
 #   TALLY_MPS_VARIANTS  more tally-mps systems, each with settings of its
 #                own: space-separated NAME=VAR=VALUE[,VAR=VALUE...] (e.g.
-#                "t60=TALLY_TURNAROUND_US=60 q1k=TALLY_QUEUE_US=1000"); each
+#                "t60=TALLY_TURNAROUND_US=60 q1k=TALLY_QUEUE_US=1000"; VAR
+#                a TALLY_ or CUDA_ variable other than TALLY_CACHE_DIR); each
 #                runs as system tally-mps+NAME after tally-mps, for each BE,
 #                with those variables in both processes' environment
 #                (default none). For trade-off curves: the settings' cost
@@ -230,8 +231,9 @@ declare -A VARIANT_ENV=()
 variant_names=()
 read -ra variant_specs <<<"${TALLY_MPS_VARIANTS:-}"
 for v in "${variant_specs[@]}"; do
-  [[ $v =~ ^([A-Za-z0-9_.-]+)=([A-Z_][A-Z0-9_]*=[^,]*(,[A-Z_][A-Z0-9_]*=[^,]*)*)$ ]] ||
-    die "TALLY_MPS_VARIANTS: '$v' is not NAME=VAR=VALUE[,VAR=VALUE...]"
+  [[ $v =~ ^([A-Za-z0-9_.-]+)=((TALLY|CUDA)_[A-Z0-9_]*=[^,]+(,(TALLY|CUDA)_[A-Z0-9_]*=[^,]+)*)$ ]] ||
+    die "TALLY_MPS_VARIANTS: '$v' is not NAME=VAR=VALUE[,VAR=VALUE...] (VAR a TALLY_ or CUDA_ variable, VALUE not empty)"
+  [[ ${BASH_REMATCH[2]} != *TALLY_CACHE_DIR=* ]] || die "TALLY_MPS_VARIANTS: '$v': TALLY_CACHE_DIR is the script's (PROFILE)"
   [[ -z ${VARIANT_ENV[${BASH_REMATCH[1]}]:-} ]] || die "TALLY_MPS_VARIANTS: '${BASH_REMATCH[1]}' given twice"
   VARIANT_ENV[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
   variant_names+=("${BASH_REMATCH[1]}")
@@ -648,17 +650,25 @@ colo() {
   local sys=$1 conf=$2 name=$1-$2 hprc kind hppid='' go='' warmup=${3:-}
   local HP_S=$HP_S profile=
   if is_tally "$sys" && [[ $PROFILE == shared ]]; then
-    # One cache per BE conf for every tally system (the measurements do not
-    # depend on the settings; each process makes its own choices from
-    # them), warmed once, by the first.
+    # One cache per BE conf for every tally system, warmed once, by the
+    # first (each process makes its own choices from the measurements; which
+    # forms were measured depends on the warming run's settings, as an
+    # original within its target ends the measuring: a later system with a
+    # tighter target, or under MPS after one without, measures the rest in
+    # its recorded run).
     local -x TALLY_CACHE_DIR=$L/profile/shared-$conf
     if [[ -n $warmup ]]; then
       name=$name-warmup HP_S=$WARM_S
       rm -rf "$TALLY_CACHE_DIR"
     elif [[ ! -e $L/profile/shared-$conf.warmed ]]; then
       colo "$sys" "$conf" warmup
-      mkdir -p "$L/profile" && : >"$L/profile/shared-$conf.warmed"
-      profile="profile warmed by a ${WARM_S} s run (shared)"
+      if find "$TALLY_CACHE_DIR" -name 'profile-*.v1' 2>/dev/null | grep -q .; then
+        mkdir -p "$L/profile" && : >"$L/profile/shared-$conf.warmed"
+        profile="profile warmed by a ${WARM_S} s run (shared)"
+      else
+        check "$sys-$conf: profile warm-up" FAIL "the warm-up run left no profile in $TALLY_CACHE_DIR"
+        profile="profile warm-up failed: cold"
+      fi
     else
       profile="profile shared, warmed before"
     fi

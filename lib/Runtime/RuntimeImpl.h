@@ -343,6 +343,9 @@ struct Coordination {
   /// process's own earlier launches to end (one at a time, or the queue's
   /// budget) rather than for HP.
   std::atomic<uint64_t> GuardedCalls{0}, GuardedNs{0}, OwnWaitNs{0};
+  /// The part of those calls held for HP (HeldNs counts the holds of graph
+  /// and cooperative launches too).
+  std::atomic<uint64_t> GuardedHeldNs{0};
   /// Holds ended by the bound (Config::MaxHoldUs) rather than by HP idle.
   std::atomic<uint64_t> HoldsCut{0};
   /// BE launches that started beside HP instead of waiting because every

@@ -740,11 +740,18 @@ struct HoldingForGuard {
 thread_local uint64_t LaunchHeldNs = 0;
 thread_local bool LaunchHoldCut = false;
 
+/// This thread is in a guarded BE launch call (GuardedCallTimer): its
+/// holds' parts are counted for those calls too.
+thread_local bool InGuardedCall = false;
+
 /// Adds a guarded BE launch call's time, from the decision to hold it to
 /// its return, to the statistics.
 struct GuardedCallTimer {
-  explicit GuardedCallTimer(Coordination &Co) : Co(Co), Start(monotonicNs()) {}
+  explicit GuardedCallTimer(Coordination &Co) : Co(Co), Start(monotonicNs()) {
+    InGuardedCall = true;
+  }
   ~GuardedCallTimer() {
+    InGuardedCall = false;
     Co.GuardedCalls.fetch_add(1, std::memory_order_relaxed);
     Co.GuardedNs.fetch_add(monotonicNs() - Start, std::memory_order_relaxed);
   }
@@ -772,7 +779,8 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
     bool Wait = Busy();
     // The time this launch waits for the process's own earlier launches
     // (one at a time, or the queue's budget): for the statistics.
-    if (Wait && !OwnStart) {
+    // (Only in guarded launch calls: a graph launch's wait is not one.)
+    if (Wait && !OwnStart && InGuardedCall) {
       OwnStart = monotonicNs();
     } else if (!Wait && OwnStart) {
       Co.OwnWaitNs.fetch_add(monotonicNs() - OwnStart, std::memory_order_relaxed);
@@ -817,6 +825,8 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
     uint64_t Held = monotonicNs() - Start;
     LaunchHeldNs += Held;
     Co.HeldNs.fetch_add(Held, std::memory_order_relaxed);
+    if (InGuardedCall)
+      Co.GuardedHeldNs.fetch_add(Held, std::memory_order_relaxed);
     if (HoldingFor)
       HoldingFor->HeldNs.fetch_add(Held, std::memory_order_relaxed);
   }

@@ -339,7 +339,7 @@ void Runtime::Impl::writeStats() {
                  "%.3f ms held for HP, %.3f ms waiting for this process's own earlier "
                  "launches to end\n",
                  (unsigned long long)Co.GuardedCalls.load(), Co.GuardedNs.load() / 1e6,
-                 Co.HeldNs.load() / 1e6, Co.OwnWaitNs.load() / 1e6);
+                 Co.GuardedHeldNs.load() / 1e6, Co.OwnWaitNs.load() / 1e6);
   if (Co.Usable && Cfg.Prio != Priority::High && Co.FreeMeasureLaunches.load())
     std::fprintf(E,
                  "tally: profile measured with no HP activity: %llu launches measuring "
@@ -457,7 +457,8 @@ void Runtime::Impl::writeStats() {
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"queue_us\": %llu, \"queue_default\": %s, \"queued_launches\": %llu, "
-               "\"guarded_calls\": %llu, \"guarded_call_ms\": %.6f, \"own_wait_ms\": %.6f, "
+               "\"guarded_calls\": %llu, \"guarded_call_ms\": %.6f, \"guarded_held_ms\": %.6f, "
+               "\"own_wait_ms\": %.6f, "
                "\"free_measure\": {\"enabled\": %s, \"launches\": %llu, \"kept\": %llu, "
                "\"discarded\": %llu}, "
                "\"max_hold_us\": %llu, "
@@ -489,7 +490,7 @@ void Runtime::Impl::writeStats() {
                Co.QueueDefault ? "true" : "false",
                (unsigned long long)Co.QueuedLaunches.load(),
                (unsigned long long)Co.GuardedCalls.load(), Co.GuardedNs.load() / 1e6,
-               Co.OwnWaitNs.load() / 1e6, Cfg.FreeMeasure ? "true" : "false",
+               Co.GuardedHeldNs.load() / 1e6, Co.OwnWaitNs.load() / 1e6, Cfg.FreeMeasure ? "true" : "false",
                (unsigned long long)Co.FreeMeasureLaunches.load(),
                (unsigned long long)Co.FreeMeasured.load(),
                (unsigned long long)Co.FreeDiscarded.load(), (unsigned long long)Cfg.MaxHoldUs,

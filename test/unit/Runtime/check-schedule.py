@@ -13,7 +13,16 @@ s = stats["scheduler"]
 assert s["enabled"], s
 assert s["holds"] >= 1, f"no launch was held: {s}"
 assert s["held_ms"] >= 100, f"held for {s['held_ms']} ms only: {s}"
-# 7 candidates for 40 blocks on the fake's 4 SMs, 2 measurements each.
+# The held launch's call: the hold is its part held for HP; held and own
+# waits fit in the calls' time.
+assert s["guarded_calls"] >= 1, s
+assert s["guarded_held_ms"] >= 100, f"guarded calls held {s['guarded_held_ms']} ms: {s}"
+assert s["guarded_held_ms"] <= s["held_ms"] + 1e-6, s
+assert s["guarded_held_ms"] + s["own_wait_ms"] <= s["guarded_call_ms"] + 1e-3, s
+f = s["free_measure"]
+assert f["enabled"] is True and f["kept"] <= f["launches"] and f["kept"] <= s["measured"], f
+# 7 candidates for 40 blocks on the fake's 4 SMs, 2 measurements each
+# (while HP is idle: in Guarded mode, or in Free mode once HP is silent).
 assert s["measured"] == 14, f"measurements: {s}"
 assert s["profile_misses"] == 14, s
 files = glob.glob(sys.argv[2] + "/profile-GPU-abababab-*.v1")
