@@ -218,6 +218,9 @@ struct PendingMeasure {
 /// around its launch, read once it has ended.
 struct FreeMeasurement {
   ContextState *C = nullptr;
+  CUstream S = nullptr;
+  const KernelEntry *K = nullptr;
+  uint64_t Hash = 0; ///< of the launch's grid, block and shared memory
   CUevent Start = nullptr, End = nullptr;
   LaunchShape Shape;
   Choice Pick;

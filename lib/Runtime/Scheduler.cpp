@@ -994,6 +994,11 @@ uint64_t shapeHash(const LaunchArgs &A) {
   return H | 1;
 }
 
+/// freeMeasureWanted found a look due for this thread's launch: measureFree
+/// may look (a launch timed for the statistics leaves the fast path too,
+/// and must not look more often than the poll period allows).
+thread_local bool FreeLookDue = false;
+
 bool freeKnown(const KernelEntry &K, uint64_t H) {
   for (const std::atomic<uint64_t> &E : K.FreeKnown)
     if (E.load(std::memory_order_relaxed) == H)
@@ -1022,11 +1027,15 @@ bool Runtime::Impl::freeMeasureWanted(KernelEntry &K, const LaunchArgs &A) {
   uint64_t Next = Co.FreeMeasureNextNs.load(std::memory_order_relaxed);
   if (Now < Next)
     return false;
-  return Co.FreeMeasureNextNs.compare_exchange_strong(Next, Now + Coordination::FreeMeasurePollNs,
-                                                      std::memory_order_relaxed);
+  FreeLookDue = Co.FreeMeasureNextNs.compare_exchange_strong(
+      Next, Now + Coordination::FreeMeasurePollNs, std::memory_order_relaxed);
+  return FreeLookDue;
 }
 
 void Runtime::Impl::collectFreeMeasurements() {
+  // (Queries made while another thread captures a graph in global mode
+  // would end its capture.)
+  RelaxedCaptureGuard Relax(D);
   std::vector<FreeMeasurement> &All = Co.FreeMeasures;
   for (size_t I = 0; I < All.size();) {
     FreeMeasurement &M = All[I];
@@ -1061,13 +1070,22 @@ void Runtime::Impl::collectFreeMeasurements() {
 
 bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
                                 ContextState &C, CUstream S, Form &F, Timing *T, CUresult &R) {
-  if (!Cfg.FreeMeasure || A.OriginalOnly || !K.hasVariants() ||
+  const bool Due = FreeLookDue;
+  FreeLookDue = false;
+  if (!Due || !Cfg.FreeMeasure || A.OriginalOnly || !K.hasVariants() ||
       K.Disabled.load(std::memory_order_relaxed) ||
       Co.FreeMeasures.size() >= Coordination::FreeMeasureMax)
     return false;
   const uint64_t H = shapeHash(A);
   if (freeKnown(K, H))
-    return false; // (a launch timed for the statistics comes this way)
+    return false;
+  // One measurement in flight per shape, and all on one stream: launches
+  // on one stream run one after the other, so each time is its own
+  // (kernels of the program's other streams may still overlap one).
+  for (const FreeMeasurement &P : Co.FreeMeasures)
+    if (P.S != S || S == CU_STREAM_PER_THREAD || (P.K == &K && P.Hash == H))
+      return false; // (each thread's per-thread stream has the same handle)
+  RelaxedCaptureGuard Relax(D);
   const bool OffMps = Co.HpOffMps.load(std::memory_order_relaxed);
   const bool Beside = Co.Mps && Cfg.Beside && !OffMps;
   LaunchShape Sh;
@@ -1079,8 +1097,12 @@ bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough
   {
     std::lock_guard<std::mutex> G(Co.PolMu);
     M.Pick = Co.Pol->choose(Sh);
-    if (!M.Pick.Measuring) {
-      markFreeKnown(K, H); // complete: originals at full speed from here on
+    if (!M.Pick.Measuring || M.Pick.F == Form::Slice) {
+      // Complete: originals at full speed from here on. Or slices are due,
+      // which are measured as they run in Guarded mode (one at a time,
+      // each once the last ended: the program held) and so are left to
+      // Guarded mode; the shape's rest is measured there.
+      markFreeKnown(K, H);
       return false;
     }
     const uint64_t Now = monotonicNs();
@@ -1089,6 +1111,9 @@ bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough
   }
   M.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
   M.C = &C;
+  M.S = S;
+  M.K = &K;
+  M.Hash = H;
   M.Start = acquireEvent(C, true);
   M.End = acquireEvent(C, true);
   auto GiveBack = [&] {
@@ -1107,10 +1132,7 @@ bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough
     startTiming(*T, K, F, C, S);
   Co.FreeMeasureLaunches.fetch_add(1, std::memory_order_relaxed);
   const Choice Pick = M.Pick;
-  // Slices paced as in Guarded mode (each issued once the last ended), so
-  // that their time is what they cost there.
-  R = launchForm(K, A, Original, C, S, F, &Pick, /*Scheduled=*/true,
-                 /*Paced=*/F == Form::Slice);
+  R = launchForm(K, A, Original, C, S, F, &Pick, /*Scheduled=*/true, /*Paced=*/false);
   // (A variant that failed to launch went to the original: not this
   // candidate's time.)
   if (R == CUDA_SUCCESS && F == Pick.F && D.cuEventRecord(M.End, S) == CUDA_SUCCESS)

@@ -780,11 +780,12 @@ void measureWhileHpIdle(tally::rt::Segment &Hp, CUfunction K, LaunchFn Launch = 
 
 // A best-effort process with no HP process about (Free mode) measures its
 // kernel's forms among its launches, none held: the candidates due run
-// (every block once each time), then, the profile complete, the original
-// every time. The ctest entries check the counts in the statistics: 14
-// measurements (7 candidates twice: 0.5 ms, the original not within the
-// target), 2 with FAKE_ELAPSED_US=10 (the original within it ends the
-// measuring), none with TALLY_FREE_MEASURE=0 (originals all along).
+// (every block once each time), then the original every time (slices are
+// left to Guarded mode). The ctest entries check the counts in the
+// statistics: 10 measurements (the original and 4 PTB candidates twice:
+// 0.5 ms, the original not within the target), 2 with FAKE_ELAPSED_US=10
+// (the original within it ends the measuring), none with
+// TALLY_FREE_MEASURE=0 (originals all along).
 TEST(ScheduleBe, FormsAreMeasuredWithoutHp) {
   Module M("be_free");
   const bool Off = std::getenv("TALLY_FREE_MEASURE") &&
@@ -797,12 +798,13 @@ TEST(ScheduleBe, FormsAreMeasuredWithoutHp) {
     expectEachBlockOnce(Out);
     std::this_thread::sleep_for(std::chrono::microseconds(50)); // past the poll period
   }
-  const size_t Variants =
-      countPrefix("launch be_free__tally_ptb") + countPrefix("launch be_free__tally_slice");
-  if (Off)
-    EXPECT_EQ(Variants, 0u) << "a variant ran with TALLY_FREE_MEASURE=0";
+  const size_t Ptb = countPrefix("launch be_free__tally_ptb");
+  EXPECT_EQ(countPrefix("launch be_free__tally_slice"), 0u) << "slices measured in Free mode";
+  const bool Early = std::getenv("FAKE_ELAPSED_US") != nullptr;
+  if (Off || Early)
+    EXPECT_EQ(Ptb, 0u) << "a PTB candidate ran";
   else
-    EXPECT_GT(Variants + countPrefix("launch be_free grid=40x1x1"), 0u);
+    EXPECT_EQ(Ptb, 8u) << "not every PTB candidate measured twice";
   fake_log_clear();
   for (int I = 0; I < 10; ++I) {
     std::vector<int> Out(40);
@@ -812,6 +814,59 @@ TEST(ScheduleBe, FormsAreMeasuredWithoutHp) {
   }
   EXPECT_EQ(countPrefix("launch be_free grid=40x1x1"), 10u)
       << "the profile complete, a launch was not the original";
+}
+
+// Free-mode measurements never hold the program: with nothing the runtime
+// queued ever ending (fake_hold_events), launches keep going, one
+// measurement of the shape in flight. An HP launch announced while it is
+// in flight discards it once it has ended (the ctest entry: "1 discarded").
+TEST(ScheduleBe, FreeMeasurementsNeverHoldTheProgram) {
+  Module M("be_free_async");
+  fake_hold_events(1);
+  fake_log_clear();
+  std::atomic<bool> Done{false};
+  std::thread T([&] {
+    for (int I = 0; I < 30; ++I) {
+      std::vector<int> Out(40);
+      EXPECT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+      fake_sync();
+      expectEachBlockOnce(Out);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    Done = true;
+  });
+  for (int I = 0; I < 400 && !Done.load(); ++I)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(Done.load()) << "a launch waited for a measurement in flight";
+  if (!Done.load())
+    fake_hold_events(0); // let it finish rather than hang the test
+  T.join();
+  EXPECT_EQ(countPrefix("launch be_free_async__tally"), 0u)
+      << "a second candidate started while the first was in flight";
+  // HP comes by while it is in flight and stays idle: the measurement ends
+  // and is discarded at the next look (the arrival seen then makes the
+  // next 20 ms Guarded, the ctest's silence window; Free mode after).
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs()));
+  beAlive(*Hp, 60);
+  fake_hold_events(0);
+  for (int I = 0; I < 30; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+  // HP silent past the window: originals at full speed.
+  beAlive(*Hp, 60);
+  fake_log_clear();
+  for (int I = 0; I < 10; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+  EXPECT_EQ(countPrefix("launch be_free_async grid=40x1x1"), 10u);
 }
 
 // A best-effort process: while an HP process has work on the GPU, its
