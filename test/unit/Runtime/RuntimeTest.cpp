@@ -778,6 +778,20 @@ void measureWhileHpIdle(tally::rt::Segment &Hp, CUfunction K, LaunchFn Launch = 
 
 } // namespace
 
+/// Launches \p K (40 blocks) \p Times times, each synced and checked to
+/// have run every block once, \p GapUs apart (the Free-mode look's poll
+/// period is 20 us).
+void launchesOf40(CUfunction K, int Times, int GapUs = 0) {
+  for (int I = 0; I < Times; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+    if (GapUs)
+      std::this_thread::sleep_for(std::chrono::microseconds(GapUs));
+  }
+}
+
 // A best-effort process with no HP process about (Free mode) measures its
 // kernel's forms among its launches, none held: the candidates due run
 // (every block once each time), then the original every time (slices are
@@ -791,13 +805,7 @@ TEST(ScheduleBe, FormsAreMeasuredWithoutHp) {
   const bool Off = std::getenv("TALLY_FREE_MEASURE") &&
                    std::string(std::getenv("TALLY_FREE_MEASURE")) == "0";
   fake_log_clear();
-  for (int I = 0; I < 80; ++I) {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
-    fake_sync();
-    expectEachBlockOnce(Out);
-    std::this_thread::sleep_for(std::chrono::microseconds(50)); // past the poll period
-  }
+  launchesOf40(M.K, 80, 50);
   const size_t Ptb = countPrefix("launch be_free__tally_ptb");
   EXPECT_EQ(countPrefix("launch be_free__tally_slice"), 0u) << "slices measured in Free mode";
   const bool Early = std::getenv("FAKE_ELAPSED_US") != nullptr;
@@ -806,12 +814,7 @@ TEST(ScheduleBe, FormsAreMeasuredWithoutHp) {
   else
     EXPECT_EQ(Ptb, 8u) << "not every PTB candidate measured twice";
   fake_log_clear();
-  for (int I = 0; I < 10; ++I) {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
-    fake_sync();
-    expectEachBlockOnce(Out);
-  }
+  launchesOf40(M.K, 10);
   EXPECT_EQ(countPrefix("launch be_free grid=40x1x1"), 10u)
       << "the profile complete, a launch was not the original";
 }
@@ -851,21 +854,11 @@ TEST(ScheduleBe, FreeMeasurementsNeverHoldTheProgram) {
   Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs()));
   beAlive(*Hp, 60);
   fake_hold_events(0);
-  for (int I = 0; I < 30; ++I) {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
-    fake_sync();
-    expectEachBlockOnce(Out);
-  }
+  launchesOf40(M.K, 30);
   // HP silent past the window: originals at full speed.
   beAlive(*Hp, 60);
   fake_log_clear();
-  for (int I = 0; I < 10; ++I) {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
-    fake_sync();
-    expectEachBlockOnce(Out);
-  }
+  launchesOf40(M.K, 10);
   EXPECT_EQ(countPrefix("launch be_free_async grid=40x1x1"), 10u);
 }
 
