@@ -1006,6 +1006,15 @@ bool freeKnown(const KernelEntry &K, uint64_t H) {
   return false;
 }
 
+/// May launches of \p K like \p A be measured in Free mode? Only kernels
+/// with variants: a choice to make. (Kernels without, which under MPS are
+/// measured for running beside HP, are measured in Guarded mode as before:
+/// an eager PyTorch job's launches keep the fast path.)
+bool freeMeasurable(const Config &Cfg, const KernelEntry &K, const LaunchArgs &A) {
+  return Cfg.FreeMeasure && !A.OriginalOnly && K.hasVariants() &&
+         !K.Disabled.load(std::memory_order_relaxed);
+}
+
 void markFreeKnown(KernelEntry &K, uint64_t H) {
   uint32_t I = K.FreeKnownNext.fetch_add(1, std::memory_order_relaxed);
   K.FreeKnown[I % KernelEntry::FreeKnownWays].store(H, std::memory_order_relaxed);
@@ -1013,13 +1022,7 @@ void markFreeKnown(KernelEntry &K, uint64_t H) {
 } // namespace
 
 bool Runtime::Impl::freeMeasureWanted(KernelEntry &K, const LaunchArgs &A) {
-  // Only kernels with variants: a choice to make. (Kernels without, which
-  // under MPS are measured for running beside HP, are measured in Guarded
-  // mode as before: an eager PyTorch job's launches keep the fast path.)
-  if (!Cfg.FreeMeasure || A.OriginalOnly || !K.hasVariants() ||
-      K.Disabled.load(std::memory_order_relaxed))
-    return false;
-  if (freeKnown(K, shapeHash(A)))
+  if (!freeMeasurable(Cfg, K, A) || freeKnown(K, shapeHash(A)))
     return false;
   // A shape not known to be complete: a look at most once per poll period
   // (it costs a context lookup and the profile's lock).
@@ -1072,8 +1075,8 @@ bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough
                                 ContextState &C, CUstream S, Form &F, Timing *T, CUresult &R) {
   const bool Due = FreeLookDue;
   FreeLookDue = false;
-  if (!Due || !Cfg.FreeMeasure || A.OriginalOnly || !K.hasVariants() ||
-      K.Disabled.load(std::memory_order_relaxed) ||
+  // (The look may be due for another kernel's launch of this thread.)
+  if (!Due || !freeMeasurable(Cfg, K, A) ||
       Co.FreeMeasures.size() >= Coordination::FreeMeasureMax)
     return false;
   const uint64_t H = shapeHash(A);
