@@ -289,8 +289,12 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     L->Narrow = Co.HpOffMps.load(std::memory_order_relaxed)
                     ? 0
                     : Co.Pol->besideWorkers(PerSM, C.SMs, L->Workers);
-    if (L->Narrow && !Widen)
+    if (L->Narrow && Pick->StayNarrow)
+      L->Wide = L->Workers = L->Narrow; // never widened (Policy::provisional)
+    else if (L->Narrow && !Widen)
       L->Workers = L->Narrow;
+    // (A StayNarrow launch made just as an HP process that is no MPS client
+    // came runs wide and leaves for HP as PTB launches did before Beside.)
   }
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;

@@ -58,6 +58,17 @@ uint32_t Policy::besideWorkers(int PerSM, int SMs, uint32_t Wide) const {
   return static_cast<uint32_t>(std::min<uint64_t>(Wide, Share));
 }
 
+bool Policy::provisional(const LaunchShape &S, Choice &Out) const {
+  if (!Cfg.Provisional || !Cfg.Beside || !Cfg.BesidePtbPercent || !S.HasPtb ||
+      S.PtbPerSM <= 0 || S.SMs <= 0 || S.Blocks == 0)
+    return false;
+  Out = Choice{};
+  Out.F = Form::Ptb;
+  Out.Workers = static_cast<uint32_t>(std::min<uint64_t>(S.Blocks, uint64_t(S.PtbPerSM) * S.SMs));
+  Out.StayNarrow = true;
+  return true;
+}
+
 std::vector<Choice> Policy::candidates(const LaunchShape &S) {
   std::vector<Choice> Out;
   Out.push_back(Choice{});

@@ -261,6 +261,9 @@ struct Coordination {
   /// Free-mode measuring launches, and their measurements kept and
   /// discarded (HP came by while one ran).
   std::atomic<uint64_t> FreeMeasureLaunches{0}, FreeMeasured{0}, FreeDiscarded{0};
+  /// Launches of shapes being measured that started narrow beside a
+  /// running HP request instead (Policy::provisional).
+  std::atomic<uint64_t> ProvisionalLaunches{0};
   /// HP: the segment's mapping and completion word as the GPU sees them
   /// (the word moves when the process joins again in another slot; under
   /// HpIssueMu).
@@ -557,6 +560,8 @@ struct Runtime::Impl {
   void publishWaitShare();
   /// Is this BE process in Free mode? (Cached for FreeCacheNs.)
   bool freeMode();
+  /// An HP request runs, as of the latest observation (Policy::hpActive).
+  bool hpActive();
   /// HP: Co.HpIssueMu taken by a program thread, spinning first (the
   /// runtime thread holds it for a few driver calls; sleeping on it would
   /// cost a wake-up: tens of microseconds on a busy virtual machine host,

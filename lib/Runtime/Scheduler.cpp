@@ -194,6 +194,7 @@ void Runtime::Impl::coordinate(ContextState &C) {
       PC.BlocksFirst = BlocksFirst;
       PC.Beside = Co.Mps && Cfg.Beside;
       PC.LaunchBoundPermille = Co.Mps && Cfg.Beside ? Cfg.HpWaitSharePercent * 10 : 0;
+      PC.Provisional = Cfg.Provisional;
       if (Cfg.ProfileCache) {
         std::string Dir = ProfileCache::defaultDir([](const char *N) -> const char * {
           return std::getenv(N);
@@ -418,6 +419,11 @@ bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen, bool *LaunchBou
 /// finds BE originals started in it (as it would find one started just
 /// before it).
 static constexpr uint64_t FreeCacheNs = 20'000;
+
+bool Runtime::Impl::hpActive() {
+  std::lock_guard<std::mutex> G(Co.PolMu);
+  return Co.Pol->hpActive();
+}
 
 bool Runtime::Impl::freeMode() {
   uint64_t Now = monotonicNs();
@@ -739,6 +745,12 @@ struct HoldingForGuard {
 /// (MaxHoldUs bounds the sum), and whether the bound was reached.
 thread_local uint64_t LaunchHeldNs = 0;
 thread_local bool LaunchHoldCut = false;
+/// This thread's current BE launch is a measurement that may start as its
+/// provisional form instead (Policy::provisional): a hold for HP ends when
+/// an HP request is running (LaunchLeft), rather than lasting until HP is
+/// idle again.
+thread_local bool LaunchMayLeave = false;
+thread_local bool LaunchLeft = false;
 
 /// This thread is in a guarded BE launch call (GuardedCallTimer): its
 /// holds' parts are counted for those calls too.
@@ -765,6 +777,8 @@ struct GuardedCallTimer {
 void Runtime::Impl::beginBeLaunch() {
   LaunchHeldNs = 0;
   LaunchHoldCut = false;
+  LaunchMayLeave = false;
+  LaunchLeft = false;
 }
 
 bool Runtime::Impl::holdCut() { return LaunchHoldCut; }
@@ -796,6 +810,12 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
         LaunchHoldCut = true;
         Wait = false;
         Co.LaunchBoundStarts.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (Wait && LaunchMayLeave && hpActive()) {
+        // A measurement held for HP's idle window; HP runs a request again:
+        // the launch starts as its provisional form (launchBe).
+        LaunchLeft = true;
+        Wait = false;
       }
       if (Wait && !Start) {
         Start = monotonicNs();
@@ -1213,6 +1233,14 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   bool Decided = false;
   LaunchShape Sh;
   const bool Beside = Co.Mps && Cfg.Beside && !OffMps;
+  Choice Prov;
+  auto GoProvisional = [&] {
+    Pick = Prov;
+    F = Form::Ptb;
+    LaunchMayLeave = false;
+    Co.Measure.Active = false;
+    Co.ProvisionalLaunches.fetch_add(1, std::memory_order_relaxed);
+  };
   // A launch only the original can make (a cluster, a cooperative launch:
   // cuBLAS's and cuDNN's Hopper kernels come so) is one of a kernel
   // without variants.
@@ -1232,6 +1260,15 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
       Pick = Co.Pol->choose(Sh);
       F = Pick.F;
       Decided = true;
+      // A measurement waits for HP to be idle; while an HP request runs, a
+      // shape with a PTB variant starts at once instead, narrow beside HP
+      // (Policy::provisional; Beside: every HP process an MPS client).
+      if (Pick.Measuring && Beside && Co.Pol->provisional(Sh, Prov)) {
+        if (Co.Pol->hpActive())
+          GoProvisional();
+        else
+          LaunchMayLeave = true; // (a hold for the idle window may end so)
+      }
       if (Pick.Measuring) {
         Co.Measure.Active = true;
         Co.Measure.Check = false;
@@ -1250,9 +1287,9 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   }
   // A PTB launch runs beside HP with part of its workers (launchPtb) rather
   // than waiting for HP to be idle.
-  const bool NarrowPtb = Decided && Pick.F == Form::Ptb && !Pick.Measuring &&
-                         Co.Pol->config().BesidePtbPercent > 0 && // the config never changes
-                         !OffMps;
+  bool NarrowPtb = Decided && Pick.F == Form::Ptb && !Pick.Measuring &&
+                   Co.Pol->config().BesidePtbPercent > 0 && // the config never changes
+                   !OffMps;
   // Every 16th short launch is timed (the next one made while HP is idle):
   // a kernel whose time depends on its arguments, not only on its shape,
   // loses the right to run beside HP.
@@ -1270,6 +1307,14 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     holdForQueue(C, S, WaitNs, /*HpMatters=*/!Short && !NarrowPtb);
   else // alone (unmeasured, measuring, no budget)
     holdWhileHpBusy(C, /*HpMatters=*/!Short && !NarrowPtb);
+  if (LaunchLeft) {
+    // Held for HP's idle window to be measured, HP came again: narrow
+    // beside it now (the previous launch has ended: holdWhileHpBusy waits
+    // for that first).
+    GoProvisional();
+    NarrowPtb = true;
+  }
+  LaunchMayLeave = false;
   const bool Cut = holdCut();
   if (Cut && Decided && (Pick.Measuring || (F == Form::Ptb && !NarrowPtb) || F == Form::Slice)) {
     // Waited --max-hold-us for HP: it starts beside HP, as the original.

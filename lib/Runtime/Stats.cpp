@@ -367,10 +367,13 @@ void Runtime::Impl::writeStats() {
     std::fprintf(E,
                  "tally: PTB beside HP (%u %% of a wave of workers): %llu launches started "
                  "narrow, %llu narrowed for HP (counted as preemptions above), %llu widened "
-                 "after %llu us of quiet\n",
+                 "after %llu us of quiet; %llu launches of shapes still being measured "
+                 "started narrow beside a running HP request, not widened%s\n",
                  PtbPercent, (unsigned long long)Co.NarrowLaunches.load(),
                  (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
-                 (unsigned long long)(Co.Pol->widenNs() / 1000));
+                 (unsigned long long)(Co.Pol->widenNs() / 1000),
+                 (unsigned long long)Co.ProvisionalLaunches.load(),
+                 Cfg.Provisional ? "" : " (off: TALLY_PROVISIONAL=0)");
   if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())
     std::fprintf(E,
                  "tally: profile choices for %zu launch shapes: the chosen form's best time over "
@@ -470,7 +473,8 @@ void Runtime::Impl::writeStats() {
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
                "\"small_launches\": %llu, \"checks\": %llu, \"checks_over\": %llu, "
                "\"timed_too_long\": %llu, \"ptb_percent\": %u, \"ptb_narrow_launches\": %llu, "
-               "\"ptb_narrowed\": %llu, \"ptb_widened\": %llu}, "
+               "\"ptb_narrowed\": %llu, \"ptb_widened\": %llu, "
+               "\"provisional\": %s, \"provisional_launches\": %llu}, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
                "\"profile_hits\": %llu, \"profile_misses\": %llu, "
                "\"choices\": {\"count\": %zu, \"cost_over_original_p50\": %.6f, "
@@ -507,6 +511,8 @@ void Runtime::Impl::writeStats() {
                PtbPercent,
                (unsigned long long)Co.NarrowLaunches.load(),
                (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
+               Cfg.Provisional ? "true" : "false",
+               (unsigned long long)Co.ProvisionalLaunches.load(),
                (unsigned long long)Co.SmallGrid[0].load(),
                (unsigned long long)Co.SmallGrid[1].load(),
                (unsigned long long)Co.SmallGrid[2].load(), (unsigned long long)Hits,

@@ -88,6 +88,9 @@ const char *Variables =
     "  TALLY_BESIDE       0: under MPS, BE kernels wait for HP to be idle (none beside)\n"
     "  TALLY_FREE_MEASURE 0: a BE process measures its kernels' forms only while HP\n"
     "                     is present and idle (default 1: also with no HP activity)\n"
+    "  TALLY_PROVISIONAL  0: under MPS, a BE launch of a shape still being measured\n"
+    "                     waits for HP to be idle (default 1: while an HP request\n"
+    "                     runs it starts as a narrow PTB launch beside HP)\n"
     "  TALLY_BESIDE_PTB_PERCENT  under MPS, a BE PTB launch keeps this share of a\n"
     "                     wave of workers beside HP (default 50; 0: it leaves)\n"
     "  TALLY_WIDEN_US     a narrow PTB launch takes all its workers back after HP was\n"
@@ -460,6 +463,13 @@ int main(int Argc, char **Argv) {
                 "mode, while HP is present and idle, holding the launch (default: also with "
                 "no HP activity, where a launch of a shape whose profile is incomplete runs "
                 "the candidate due among the program's other launches, timed, not held)");
+  bool NoProvisional = false;
+  Run->add_flag("--no-provisional", NoProvisional,
+                "best-effort: under MPS, a launch of a shape whose forms are still being "
+                "measured waits for HP to be idle, to be measured (default: while an HP "
+                "request runs it starts at once as its PTB variant on --beside-ptb-percent of "
+                "a wave of workers, never widened, unmeasured; the shape is measured at "
+                "launches made while HP is idle)");
   bool NoMpsPriority = false;
   Run->add_flag("--no-mps-priority", NoMpsPriority,
                 "best-effort: leave CUDA_MPS_CLIENT_PRIORITY as it is (default: unless it is "
@@ -624,6 +634,8 @@ int main(int Argc, char **Argv) {
     Set("TALLY_BESIDE", "0");
   if (NoFreeMeasure)
     Set("TALLY_FREE_MEASURE", "0");
+  if (NoProvisional)
+    Set("TALLY_PROVISIONAL", "0");
   // Under MPS, the hardware's own priority between clients: a BE process's
   // blocks are scheduled after HP's. The scheduler still holds, slices and
   // preempts BE kernels; this only orders the blocks both have waiting.

@@ -156,6 +156,13 @@ struct Config {
   /// launches without holding it (Runtime::Impl::measureFree), so that the
   /// profile is filled before HP's load comes rather than while it does.
   bool FreeMeasure = true;
+  /// Under MPS (with Beside and BesidePtbPercent), a launch of a shape whose
+  /// profile is incomplete made while an HP request is running starts at
+  /// once as its PTB variant on the share of workers beside HP, never
+  /// widened, instead of waiting for HP to be idle to be measured
+  /// (Policy::provisional); its forms are measured at launches made while
+  /// HP is idle.
+  bool Provisional = true;
   /// Under MPS (and with Beside), a BE PTB launch keeps this percentage of
   /// a full wave of workers (at least one) while HP works instead of leaving
   /// the GPU: it starts narrow, or is narrowed when HP arrives (0: PTB

@@ -67,6 +67,15 @@
 //  * Under MPS, an original whose grid fits in the share that a narrow PTB
 //    launch keeps beside HP (below) may start beside HP however long it is
 //    (besideSmall): it takes no more room from HP than that launch would.
+//  * Under MPS, a launch of a shape whose profile is incomplete, made while
+//    an HP request runs, does not wait for HP to be idle to be measured
+//    (Provisional, provisional()): it starts at once as the PTB variant on
+//    the share of workers a PTB launch keeps beside HP (below), and stays
+//    that narrow (its blocks' length is not known yet, so it is never
+//    widened, which would make it leave for HP at the next arrival). The
+//    candidates are measured at launches made while HP is idle. (Measured
+//    on an H100: a Triton training job starting beside a service at half
+//    load spent 0.9 s of its first 3 s held for such measurements.)
 //  * Under MPS, a PTB launch need not leave the GPU for HP either: it keeps
 //    `BesidePtbPercent` of a full wave of workers (besideWorkers; never
 //    more than it has) while HP works. A launch made while
@@ -117,6 +126,9 @@ struct PolicyConfig {
   /// waits for the GPU less than this share (permille) of its requests'
   /// time (launchBound). 0: never.
   uint32_t LaunchBoundPermille = 0;
+  /// With Beside and BesidePtbPercent: launches of shapes being measured
+  /// start narrow beside a running HP request (provisional).
+  bool Provisional = false;
 };
 
 /// What the HP processes look like at one instant (from the segment).
@@ -150,6 +162,9 @@ struct Choice {
   uint32_t SliceBlocks = 0; ///< slices: blocks per slice
   /// Being measured: time the launch and report it with measured().
   bool Measuring = false;
+  /// PTB: runs on the workers it may keep beside HP (besideWorkers of
+  /// Workers) from start to end, never widened (provisional).
+  bool StayNarrow = false;
   /// The candidate's token in the profile cache ("original", "ptb:w=264,c=1",
   /// "slice:b=528").
   std::string name() const;
@@ -218,6 +233,9 @@ public:
     return Cfg.BlocksFirst && Cfg.LaunchBoundPermille && Present && WaitKnown &&
            WaitPermille < Cfg.LaunchBoundPermille;
   }
+  /// An HP request is running (as of the last observation; not merely
+  /// the idle window after one).
+  bool hpActive() const { return Active; }
   /// When HP was last seen active (0: never).
   uint64_t lastHpActivity() const { return LastActive; }
   uint64_t arrivals() const { return Arrivals; }
@@ -227,6 +245,13 @@ public:
   /// The form for a launch of shape \p S in Guarded mode: the next candidate
   /// that still needs a measurement, else the profile's choice.
   Choice choose(const LaunchShape &S);
+  /// The form for a launch of \p S that choose() would measure, made
+  /// while an HP request runs, so that it need not wait for HP to be idle:
+  /// with Provisional (under MPS, PTB launches beside HP), the PTB variant
+  /// on a full wave of workers, StayNarrow (launched on its share beside
+  /// HP, never widened), unmeasured. False when \p S has no PTB variant
+  /// that fits (the launch waits for HP as before).
+  bool provisional(const LaunchShape &S, Choice &Out) const;
   /// A measured launch (made while HP stayed idle) of \p C took \p Ns.
   void measured(const LaunchShape &S, const Choice &C, uint64_t Ns);
   /// Estimated turnaround in us of \p C for \p S when it takes \p Ns.

@@ -652,6 +652,45 @@ TEST(PolicyBeside, PtbWorkersBesideHp) {
   EXPECT_EQ(Policy().besideWorkers(8, 132, 8 * 132), 0u) << "off by default in the policy";
 }
 
+// A launch of a shape being measured while HP runs a request: with
+// Provisional (and PTB beside HP), the PTB variant on a full wave, marked to
+// stay narrow and not measured; nothing for a shape without a PTB variant
+// that fits, nor with any of the three settings off. hpActive tells a
+// running request from the idle window after one.
+TEST(PolicyBeside, ProvisionalFormOfShapesBeingMeasured) {
+  PolicyConfig C;
+  C.BesidePtbPercent = 50;
+  C.Beside = true;
+  C.Provisional = true;
+  Policy P(C);
+  Choice Out;
+  LaunchShape S = shape("k", 10000, 2, 4);
+  ASSERT_TRUE(P.choose(S).Measuring);
+  ASSERT_TRUE(P.provisional(S, Out));
+  EXPECT_EQ(Out.F, Form::Ptb);
+  EXPECT_EQ(Out.Workers, 2u * 132) << "a full wave (narrowed at the launch)";
+  EXPECT_EQ(Out.Chunk, 1u);
+  EXPECT_TRUE(Out.StayNarrow);
+  EXPECT_FALSE(Out.Measuring);
+  EXPECT_EQ(Out.name(), "ptb:w=264,c=1") << "StayNarrow is no part of the name";
+  ASSERT_TRUE(P.provisional(shape("small", 40, 2, 4), Out));
+  EXPECT_EQ(Out.Workers, 40u) << "a small grid: a worker per block";
+  EXPECT_FALSE(P.provisional(shape("noptb", 10000, 0, 4), Out)) << "no PTB variant";
+  PolicyConfig NoProvisional = C, NoBeside = C, NoPtbBeside = C;
+  NoProvisional.Provisional = false;
+  NoBeside.Beside = false;
+  NoPtbBeside.BesidePtbPercent = 0;
+  EXPECT_FALSE(Policy(NoProvisional).provisional(S, Out));
+  EXPECT_FALSE(Policy(NoBeside).provisional(S, Out));
+  EXPECT_FALSE(Policy(NoPtbBeside).provisional(S, Out));
+  uint64_t T = 10 * Ms;
+  P.observe(T, hp(1, true, 1));
+  EXPECT_TRUE(P.hpActive());
+  P.observe(T + 10 * Us, hp(1, false, 1));
+  EXPECT_FALSE(P.hpActive()) << "the idle window is no request";
+  EXPECT_TRUE(P.hpBusy(T + 20 * Us));
+}
+
 // A narrow launch widens only once HP has been quiet for the widen window
 // (and never sooner than the idle window); HP activity starts it over.
 TEST(PolicyBeside, WidenAfterTheQuietWindow) {
@@ -828,6 +867,14 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   C = configOf({{"TALLY_FREE_MEASURE", "sometimes"}}, E);
   EXPECT_FALSE(C.Enabled);
   EXPECT_NE(E.find("TALLY_FREE_MEASURE"), std::string::npos) << E;
+  // Provisional launches of shapes being measured: on unless turned off.
+  EXPECT_TRUE(configOf({}, E).Provisional);
+  C = configOf({{"TALLY_PROVISIONAL", "0"}}, E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_FALSE(C.Provisional);
+  C = configOf({{"TALLY_PROVISIONAL", "maybe"}}, E);
+  EXPECT_FALSE(C.Enabled);
+  EXPECT_NE(E.find("TALLY_PROVISIONAL"), std::string::npos) << E;
 }
 
 // The JSON statistics of a process that is not the one `tally run` started

@@ -1464,6 +1464,83 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   fake_fail_variant_launches(0);
 }
 
+// Launches of a shape still being measured while an HP request runs, under
+// MPS (its ctest entries: FAKE_MPS=1, TALLY_IDLE_US=200000 and
+// TALLY_WIDEN_US=1000, so that the idle window is long enough to launch in
+// and a widening would come within it, and TEST_EXPECT_PROVISIONAL). With
+// TALLY_PROVISIONAL=1: such a launch starts at once as the PTB variant on
+// half a wave (4 of 8 workers), unmeasured; it is neither stopped for HP nor
+// widened when HP goes quiet. A measurement held for HP's idle window
+// starts so too when HP runs a request again. While HP stays idle the
+// shape is measured (the original first). With TALLY_PROVISIONAL=0 such a
+// launch waits for HP to be idle.
+TEST(ScheduleBe, ShapesBeingMeasuredRunNarrowBesideHp) {
+  const char *Expect = std::getenv("TEST_EXPECT_PROVISIONAL");
+  ASSERT_NE(Expect, nullptr) << "set TEST_EXPECT_PROVISIONAL to 0 or 1";
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_prov");
+  {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS); // joins
+    fake_sync();
+  }
+  auto Launches = [](const char *Grid) {
+    return fake_log_count("launch be_prov__tally_ptb ", Grid);
+  };
+  auto Raised = [] { return fake_log_count("writevalue", " value=1"); };
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // an HP request runs
+  if (std::strcmp(Expect, "1")) {
+    expectHeldUntilHpIdle(*Hp, Seq, M.K, "a launch of a shape being measured went beside HP");
+    EXPECT_EQ(Launches(""), 0u);
+    return;
+  }
+  fake_log_clear();
+  fake_hold_ptb(1); // PTB launches run until stopped
+  std::vector<int> Out(40);
+  EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "held for a measurement while HP ran";
+  EXPECT_EQ(Launches("grid=4x1x1"), 1u) << "not started on half the wave";
+  EXPECT_EQ(fake_log_count("launch be_prov ", ""), 0u) << "the original ran";
+  size_t Flags = Raised();
+  uint64_t Seq2 = Hp->hpLaunch(tally::rt::monotonicNs());
+  beAlive(*Hp, 50);
+  EXPECT_EQ(Raised(), Flags) << "a provisional launch was stopped while HP worked";
+  Hp->hpFinished(Seq);
+  Hp->hpFinished(Seq2);
+  beAlive(*Hp, 300); // past the idle window, and so past the widen window
+  EXPECT_EQ(Raised(), Flags) << "a provisional launch was stopped (widened?) when HP went quiet";
+  EXPECT_EQ(Launches("grid=8x1x1"), 0u) << "a provisional launch was widened";
+  fake_hold_ptb(0);
+  fake_sync();
+  expectEachBlockOnce(Out);
+  // HP idle: the shape is measured, the original first.
+  fake_log_clear();
+  launchesOf40(M.K, 1);
+  EXPECT_EQ(fake_log_count("launch be_prov ", "grid=40x1x1"), 1u) << "not measured with HP idle";
+  EXPECT_EQ(Launches(""), 0u);
+  // A measurement held for the idle window after an HP request; HP comes
+  // again: it starts narrow beside HP at once.
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs()));
+  fake_log_clear();
+  std::vector<int> Out2(40);
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(M.K, Out2, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 50);
+  EXPECT_FALSE(Returned.load()) << "a measurement did not wait for the idle window";
+  uint64_t Seq3 = Hp->hpLaunch(tally::rt::monotonicNs());
+  EXPECT_TRUE(aliveUntil(*Hp, [&] { return Returned.load(); }))
+      << "a held measurement kept waiting once HP ran a request";
+  T.join();
+  EXPECT_EQ(Launches("grid=4x1x1"), 1u) << "not started narrow beside HP";
+  EXPECT_EQ(fake_log_count("launch be_prov ", ""), 0u) << "the original ran";
+  Hp->hpFinished(Seq3);
+  fake_sync();
+  expectEachBlockOnce(Out2);
+}
+
 // The check of a short kernel counts only when HP stayed away while it ran:
 // beside HP its time includes waiting for room on the SMs. Here the timed
 // launch (the choice, made while HP was idle) reads 500 us, but HP came by

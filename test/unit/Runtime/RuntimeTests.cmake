@@ -27,7 +27,11 @@ set(_rt_env "LD_PRELOAD=$<TARGET_FILE:tally-runtime>" "TALLY_DRIVER=$<TARGET_FIL
     # blocks wait for a sync, and a persisted profile would make which
     # launch measures what depend on earlier runs): the free-measure and
     # schedule-be tests turn measuring in Free mode on.
-    "TALLY_FREE_MEASURE=0")
+    "TALLY_FREE_MEASURE=0"
+    # A launch of a shape being measured waits for HP to be idle, as the
+    # tests of the other rules expect: the provisional tests turn narrow
+    # PTB launches of such shapes beside HP on.
+    "TALLY_PROVISIONAL=0")
 if(TALLY_SANITIZE)
   # The sanitizer runtime lives in the executable; the preloaded library
   # resolves its symbols there.
@@ -283,6 +287,23 @@ set_tests_properties(runtime-schedule-narrow-hp-no-mps PROPERTIES
   TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process that is no MPS client was seen" FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 set_tests_properties(runtime-schedule-narrow PROPERTIES
   PASS_REGULAR_EXPRESSION "PTB beside HP \\(50 % of a wave of workers\\): [1-9][0-9]* launches started narrow, [1-9][0-9]* narrowed for HP \\(counted as preemptions above\\), [1-9][0-9]* widened after 200000 us of quiet")
+
+# Launches of a shape still being measured while an HP request runs under
+# MPS: narrow PTB beside HP, never stopped or widened (provisional); held as
+# before with TALLY_PROVISIONAL=0.
+foreach(_case "provisional;1" "provisional-off;0")
+  list(GET _case 0 _name)
+  list(GET _case 1 _on)
+  add_test(NAME runtime-schedule-${_name}
+    COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShapesBeingMeasuredRunNarrowBesideHp)
+  set_tests_properties(runtime-schedule-${_name} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_IDLE_US=200000;TALLY_WIDEN_US=1000;TALLY_BESIDE_PTB_PERCENT=50;TALLY_PROVISIONAL=${_on};TEST_EXPECT_PROVISIONAL=${_on}"
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+endforeach()
+set_tests_properties(runtime-schedule-provisional PROPERTIES
+  PASS_REGULAR_EXPRESSION "0 widened after 200000 us of quiet; 2 launches of shapes still being measured started narrow beside a running HP request, not widened\n")
+set_tests_properties(runtime-schedule-provisional-off PROPERTIES
+  PASS_REGULAR_EXPRESSION "0 launches of shapes still being measured started narrow beside a running HP request, not widened \\(off: TALLY_PROVISIONAL=0\\)")
 
 add_test(NAME runtime-schedule-cluster-shape
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.AClusterLaunchNeverTakesTheShapesVariant)
