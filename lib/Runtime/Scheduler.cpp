@@ -811,9 +811,13 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
         Wait = false;
         Co.LaunchBoundStarts.fetch_add(1, std::memory_order_relaxed);
       }
-      if (Wait && LaunchMayLeave && hpActive()) {
+      if (Wait && LaunchMayLeave && !Co.HpOffMps.load(std::memory_order_relaxed) &&
+          hpActive()) {
         // A measurement held for HP's idle window; HP runs a request again:
-        // the launch starts as its provisional form (launchBe).
+        // the launch starts as its provisional form (launchBe). (Not while
+        // an HP process that is no MPS client is there, as of the look
+        // just made: nothing runs beside HP then, and a PTB launch would
+        // run wide and leave for HP after a block of unknown length.)
         LaunchLeft = true;
         Wait = false;
       }
@@ -1234,12 +1238,15 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   LaunchShape Sh;
   const bool Beside = Co.Mps && Cfg.Beside && !OffMps;
   Choice Prov;
+  bool Provisional = false;
+  // (With Co.PolMu held.)
   auto GoProvisional = [&] {
+    Co.Pol->notMeasuring(); // no launch measuring after all
     Pick = Prov;
     F = Form::Ptb;
+    Provisional = true;
     LaunchMayLeave = false;
     Co.Measure.Active = false;
-    Co.ProvisionalLaunches.fetch_add(1, std::memory_order_relaxed);
   };
   // A launch only the original can make (a cluster, a cooperative launch:
   // cuBLAS's and cuDNN's Hopper kernels come so) is one of a kernel
@@ -1311,6 +1318,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     // Held for HP's idle window to be measured, HP came again: narrow
     // beside it now (the previous launch has ended: holdWhileHpBusy waits
     // for that first).
+    std::lock_guard<std::mutex> G(Co.PolMu);
     GoProvisional();
     NarrowPtb = true;
   }
@@ -1360,6 +1368,8 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
   C.SlicesBeside = false;
+  if (Provisional && F == Form::Ptb) // (not when it fell back to the original)
+    Co.ProvisionalLaunches.fetch_add(1, std::memory_order_relaxed);
   if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)
     C.BeDoneRecorded = true;
   else

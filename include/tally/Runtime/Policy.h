@@ -303,6 +303,12 @@ public:
   /// measurements (for the statistics).
   uint64_t profileHits() const { return Hits; }
   uint64_t profileMisses() const { return Misses; }
+  /// The launch choose() last returned a measurement for is not one after
+  /// all (it started in its provisional form): not counted as a miss.
+  void notMeasuring() {
+    if (Misses)
+      --Misses;
+  }
   /// Every choice made from a complete profile, once per launch shape, in
   /// the order made.
   const std::vector<Decision> &decisions() const { return Decisions; }

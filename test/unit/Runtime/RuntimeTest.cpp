@@ -1513,10 +1513,11 @@ TEST(ScheduleBe, ShapesBeingMeasuredRunNarrowBesideHp) {
   fake_hold_ptb(0);
   fake_sync();
   expectEachBlockOnce(Out);
-  // HP idle: the shape is measured, the original first.
+  // HP idle: the shape is measured, the original first (twice: the second
+  // launch reads the first's time, kept).
   fake_log_clear();
-  launchesOf40(M.K, 1);
-  EXPECT_EQ(fake_log_count("launch be_prov ", "grid=40x1x1"), 1u) << "not measured with HP idle";
+  launchesOf40(M.K, 2);
+  EXPECT_EQ(fake_log_count("launch be_prov ", "grid=40x1x1"), 2u) << "not measured with HP idle";
   EXPECT_EQ(Launches(""), 0u);
   // A measurement held for the idle window after an HP request; HP comes
   // again: it starts narrow beside HP at once.
@@ -1539,6 +1540,40 @@ TEST(ScheduleBe, ShapesBeingMeasuredRunNarrowBesideHp) {
   Hp->hpFinished(Seq3);
   fake_sync();
   expectEachBlockOnce(Out2);
+  // With HP idle again, two more launches: the first measures the original
+  // (its second time: the one before HP came was discarded), the second
+  // reads it. The ctest entry checks "2 measurements kept, 1 discarded": a
+  // provisional launch's time taken for the original's would make it 3.
+  beAlive(*Hp, 300);
+  fake_log_clear();
+  launchesOf40(M.K, 2);
+  EXPECT_EQ(fake_log_count("launch be_prov ", "grid=40x1x1"), 1u)
+      << "the original not measured a second time";
+  // A measurement held for the idle window while an HP process says it is
+  // no MPS client (from after the launch began): HP's next request does not
+  // send it beside HP; it waits for HP to be idle (and discards the
+  // measurement the last launch began: an arrival came).
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs()));
+  fake_log_clear();
+  std::vector<int> Out3(40);
+  Returned = false;
+  std::thread T2([&] {
+    EXPECT_EQ(launchDirect(M.K, Out3, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 50);
+  Hp->setFlags(tally::rt::seg::FlagNoMps);
+  beAlive(*Hp, 20);
+  uint64_t Seq4 = Hp->hpLaunch(tally::rt::monotonicNs());
+  beAlive(*Hp, 100);
+  EXPECT_FALSE(Returned.load()) << "went beside an HP process that is no MPS client";
+  Hp->hpFinished(Seq4);
+  beAlive(*Hp, 2000, &Returned);
+  T2.join();
+  Hp->setFlags(0);
+  EXPECT_EQ(Launches("grid=4x1x1"), 0u) << "narrow beside an HP process that is no MPS client";
+  fake_sync();
+  expectEachBlockOnce(Out3);
 }
 
 // The check of a short kernel counts only when HP stayed away while it ran:
