@@ -665,6 +665,11 @@ colo() {
       if find "$TALLY_CACHE_DIR" -name 'profile-*.v1' 2>/dev/null | grep -q .; then
         mkdir -p "$L/profile" && : >"$L/profile/shared-$conf.warmed"
         profile="profile warmed by a ${WARM_S} s run (shared)"
+      elif grep -Eq '"profile_misses": 0[,}]' "$L/$sys-$conf-warmup.be.json" 2>/dev/null; then
+        # Nothing to measure: every launch started beside a launch-bound
+        # HP service (an eager PyTorch one), or none had a shape to profile.
+        mkdir -p "$L/profile" && : >"$L/profile/shared-$conf.warmed"
+        profile="profile warm-up measured nothing (no launch needed a measurement)"
       else
         check "$sys-$conf: profile warm-up" FAIL "the warm-up run left no profile in $TALLY_CACHE_DIR"
         profile="profile warm-up failed: cold"
