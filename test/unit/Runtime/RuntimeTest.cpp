@@ -714,6 +714,14 @@ void beAlive(tally::rt::Segment &Seg, int Ms, const std::atomic<bool> *Until = n
   }
 }
 
+/// The process's first launch of \p K (40 blocks), synced: a BE process
+/// joins the segment at its first launch.
+void firstLaunch(CUfunction K) {
+  std::vector<int> Out(40);
+  ASSERT_EQ(launchDirect(K, Out, 40), CUDA_SUCCESS);
+  fake_sync();
+}
+
 /// A BE launch of \p K (40 blocks) made in a thread while \p Hp has launch
 /// \p Seq running must not return for 150 ms; once \p Hp finishes it, it
 /// must, with every block run once. \p Why: the failure message.
@@ -1212,11 +1220,7 @@ TEST(ScheduleBe, ShortSlicesRunBesideHp) {
   const std::string Name = "be_beside_slices";
   const std::string Meta = metadataFor(Name, /*Slice=*/true, /*Ptb=*/false);
   Module M(Name, false, Meta.c_str());
-  {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS); // joins
-    fake_sync();
-  }
+  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
   Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
   beAlive(*Hp, 20);
   // The original and two slice sizes, measured twice each; then decided.
@@ -1319,11 +1323,7 @@ TEST(ScheduleBe, AClusterLaunchNeverTakesTheShapesVariant) {
   ASSERT_TRUE(Hp);
   Module M("be_cluster_shape");
   Module M2("be_cluster_first");
-  {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS); // joins
-    fake_sync();
-  }
+  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
   Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
   auto Run = [&](LaunchFn Launch, CUfunction K, int Times) {
     for (int I = 0; I < Times; ++I) {
@@ -1363,11 +1363,7 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module M("be_narrow");
-  {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS); // joins
-    fake_sync();
-  }
+  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
   Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
   for (int I = 0; I < 16; ++I) { // 7 candidates measured twice, then the choice
     std::vector<int> Out(40);
@@ -1480,11 +1476,7 @@ TEST(ScheduleBe, ShapesBeingMeasuredRunNarrowBesideHp) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module M("be_prov");
-  {
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS); // joins
-    fake_sync();
-  }
+  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
   auto Launches = [](const char *Grid) {
     return fake_log_count("launch be_prov__tally_ptb ", Grid);
   };
