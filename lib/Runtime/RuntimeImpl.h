@@ -554,14 +554,14 @@ struct Runtime::Impl {
   HpObservation observeHp(uint64_t Now);
   /// Observes the HP processes now; returns whether HP is busy, and the
   /// mode in \p Mode if given, and in \p Widen whether a narrow PTB
-  /// launch may take all its workers back (Policy::widen).
-  bool observeBusy(Policy::Mode *Mode, bool *Widen = nullptr, bool *LaunchBound = nullptr);
+  /// launch may take all its workers back (Policy::widen), in \p Active
+  /// whether an HP request runs (Policy::hpActive, not the idle window).
+  bool observeBusy(Policy::Mode *Mode, bool *Widen = nullptr, bool *LaunchBound = nullptr,
+                   bool *Active = nullptr);
   /// HP: the heartbeat's update of this process's wait share.
   void publishWaitShare();
   /// Is this BE process in Free mode? (Cached for FreeCacheNs.)
   bool freeMode();
-  /// An HP request runs, as of the latest observation (Policy::hpActive).
-  bool hpActive();
   /// HP: Co.HpIssueMu taken by a program thread, spinning first (the
   /// runtime thread holds it for a few driver calls; sleeping on it would
   /// cost a wake-up: tens of microseconds on a busy virtual machine host,

@@ -402,7 +402,8 @@ HpObservation Runtime::Impl::observeHp(uint64_t Now) {
   return O;
 }
 
-bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen, bool *LaunchBound) {
+bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen, bool *LaunchBound,
+                                bool *Active) {
   uint64_t Now = monotonicNs();
   std::lock_guard<std::mutex> G(Co.PolMu);
   Co.Pol->observe(Now, observeHp(Now));
@@ -412,6 +413,8 @@ bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen, bool *LaunchBou
     *Widen = Co.Pol->widen(Now);
   if (LaunchBound)
     *LaunchBound = Co.Pol->launchBound();
+  if (Active)
+    *Active = Co.Pol->hpActive();
   return Co.Pol->hpBusy(Now);
 }
 
@@ -419,11 +422,6 @@ bool Runtime::Impl::observeBusy(Policy::Mode *Mode, bool *Widen, bool *LaunchBou
 /// finds BE originals started in it (as it would find one started just
 /// before it).
 static constexpr uint64_t FreeCacheNs = 20'000;
-
-bool Runtime::Impl::hpActive() {
-  std::lock_guard<std::mutex> G(Co.PolMu);
-  return Co.Pol->hpActive();
-}
 
 bool Runtime::Impl::freeMode() {
   uint64_t Now = monotonicNs();
@@ -802,8 +800,8 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
     }
     if (!Wait && HpMatters && !LaunchHoldCut) {
       Policy::Mode Mode;
-      bool Bound = false;
-      Wait = observeBusy(&Mode, nullptr, &Bound) && Mode == Policy::Mode::Guarded;
+      bool Bound = false, Active = false;
+      Wait = observeBusy(&Mode, nullptr, &Bound, &Active) && Mode == Policy::Mode::Guarded;
       if (Wait && Bound && !Cfg.Forced) {
         // Every HP process is launch bound: it starts beside HP (as the
         // original, as after --max-hold-us; launchBe).
@@ -811,8 +809,7 @@ template <typename OwnWork> void Runtime::Impl::holdUntil(OwnWork Busy, bool HpM
         Wait = false;
         Co.LaunchBoundStarts.fetch_add(1, std::memory_order_relaxed);
       }
-      if (Wait && LaunchMayLeave && !Co.HpOffMps.load(std::memory_order_relaxed) &&
-          hpActive()) {
+      if (Wait && LaunchMayLeave && Active && !Co.HpOffMps.load(std::memory_order_relaxed)) {
         // A measurement held for HP's idle window; HP runs a request again:
         // the launch starts as its provisional form (launchBe). (Not while
         // an HP process that is no MPS client is there, as of the look
