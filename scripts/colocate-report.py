@@ -9,7 +9,7 @@ OUT/colocate/checks.tsv and OUT/colocate/device.txt. Writes OUT/colocate.csv
 (system, be_block_us, hp_p50, hp_p99, hp_p999, hp_mean, be_rate,
 be_rate_fraction_of_alone, notes, hp_served_fraction, system_throughput,
 be_preemptions, be_preempt_p50_us, be_preempt_p99_us, be_preempt_max_us,
-be_share_preemptible, after `#` lines with the device, date and driver) and prints the same as
+be_share_preemptible, be_preempt_gpu_p50_us, be_preempt_gpu_p99_us, after `#` lines with the device, date and driver) and prints the same as
 markdown (without the preemption columns, which the notes summarize), with
 the checks.
 
@@ -18,7 +18,8 @@ throughputs, each normalized to the job alone: HP's share of its requests
 served (those that arrived in its window; all of them when it keeps up)
 plus BE's rate as a fraction of BE alone's; 2.0 would be two GPUs' worth.
 Only for co-located runs. The preemption columns come from the BE
-process's Tally statistics (flag raised to workers gone, host-observed), as
+process's Tally statistics (flag raised to workers gone, host-observed; the
+`gpu` ones: the flag's write landed to workers gone, on the GPU's clock), as
 does the share of its GPU time in preemptible forms (PTB, sliced), where it
 timed launches (gpu-colocate.sh times one in 16 of each BE kernel's in each
 form). That share is an upper bound when HP was busy: a preempted PTB
@@ -152,7 +153,11 @@ def stats_note(paths):
                 text += f", {pre} preemptions"
             lat = s.get("preemption_latency_us", {})
             if lat.get("count"):
-                text += f" (p99 {lat.get('p99', 0):.1f} us)"
+                text += f" (p99 {lat.get('p99', 0):.1f} us"
+                dev = s.get("preemption_device_us", {})
+                if isinstance(dev, dict) and dev.get("count"):
+                    text += f"; on the GPU p99 {dev.get('p99', 0):.1f} us"
+                text += ")"
             timing = s.get("timing", {})
             if role == "BE" and isinstance(timing, dict) and timing.get("timed_launches"):
                 text += (f", {100 * s.get('share_preemptible', 0):.1f} % of GPU time"
@@ -181,16 +186,22 @@ def stats_note(paths):
 
 def be_preemptions(paths):
     """The BE process's preemption latency summary (count, p50, p99, max,
-    us: flag raised to workers gone) from its stats JSON; {} without one or
-    without preemptions."""
+    us: flag raised to workers gone; gpu_p50, gpu_p99 where the GPU timed
+    them: the flag landed to workers gone) from its stats JSON; {} without
+    one or without preemptions."""
     for p in paths:
         if not p.endswith(".be.json") or not os.path.exists(p):
             continue
         try:
             with open(p) as f:
-                lat = json.load(f).get("preemption_latency_us", {})
+                s = json.load(f)
+            lat = s.get("preemption_latency_us", {})
             if isinstance(lat, dict) and lat.get("count"):
-                return {k: lat.get(k) for k in ("count", "p50", "p99", "max")}
+                got = {k: lat.get(k) for k in ("count", "p50", "p99", "max")}
+                dev = s.get("preemption_device_us", {})
+                if isinstance(dev, dict) and dev.get("count"):
+                    got["gpu_p50"], got["gpu_p99"] = dev.get("p50"), dev.get("p99")
+                return got
         except (OSError, ValueError, AttributeError):
             pass
     return {}
@@ -292,13 +303,15 @@ def main():
                                   else None),
             "be_preemptions": pre.get("count"), "be_preempt_p50_us": pre.get("p50"),
             "be_preempt_p99_us": pre.get("p99"), "be_preempt_max_us": pre.get("max"),
-            "be_share_preemptible": pre_share, "notes": "; ".join(notes),
+            "be_share_preemptible": pre_share, "be_preempt_gpu_p50_us": pre.get("gpu_p50"),
+            "be_preempt_gpu_p99_us": pre.get("gpu_p99"), "notes": "; ".join(notes),
         })
 
     cols = ["system", "be_block_us", "hp_p50", "hp_p99", "hp_p999", "hp_mean",
             "be_rate", "be_rate_fraction_of_alone", "notes", "hp_served_fraction",
             "system_throughput", "be_preemptions", "be_preempt_p50_us",
-            "be_preempt_p99_us", "be_preempt_max_us", "be_share_preemptible"]
+            "be_preempt_p99_us", "be_preempt_max_us", "be_share_preemptible",
+            "be_preempt_gpu_p50_us", "be_preempt_gpu_p99_us"]
     csv_path = os.path.join(out, "colocate.csv")
     with open(csv_path, "w", newline="") as f:
         for line in header:
@@ -315,6 +328,7 @@ def main():
                 "" if row["be_preemptions"] is None else row["be_preemptions"],
                 fmt(row["be_preempt_p50_us"]), fmt(row["be_preempt_p99_us"]),
                 fmt(row["be_preempt_max_us"]), fmt(row["be_share_preemptible"], 3),
+                fmt(row["be_preempt_gpu_p50_us"]), fmt(row["be_preempt_gpu_p99_us"]),
             ])
 
     alone = next((x for x in rows if x["system"] == "alone" and x["be"] == "none"

@@ -225,6 +225,17 @@ CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
   return E;
 }
 
+void Runtime::Impl::giveBackEvents(ContextState &C, const PtbLaunch &L) {
+  if (L.Ctrl)
+    C.FreeCtrl.push_back(L.Ctrl);
+  for (CUevent E : {L.Start, L.Gate})
+    if (E)
+      C.FreeEvents.push_back(E);
+  for (CUevent E : {L.End, L.Flag})
+    if (E)
+      (L.Timed ? C.FreeTimingEvents : C.FreeEvents).push_back(E);
+}
+
 void Runtime::Impl::reclaim(ContextState &C) {
   std::lock_guard<std::mutex> G(C.Mu);
   while (!C.Retiring.empty()) {
@@ -235,11 +246,7 @@ void Runtime::Impl::reclaim(ContextState &C) {
         Busy = true;
     if (Busy)
       break;
-    if (L.Ctrl)
-      C.FreeCtrl.push_back(L.Ctrl);
-    for (CUevent E : {L.Start, L.End, L.Gate, L.Flag})
-      if (E)
-        C.FreeEvents.push_back(E);
+    giveBackEvents(C, L);
     C.Retiring.pop_front();
   }
 }
@@ -306,21 +313,20 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
       Relaxed(const DriverTable &D) : D(D) { D.cuThreadExchangeStreamCaptureMode(&M); }
       ~Relaxed() { D.cuThreadExchangeStreamCaptureMode(&M); }
     } Relax(D);
+    // Under timed statistics a preemption is also timed on the GPU (flag
+    // landed to workers gone): End and Flag then record times.
+    L->Timed = Preemptible && Cfg.Stats && Cfg.StatsTiming;
     L->Ctrl = acquireCtrl(C);
-    L->End = acquireEvent(C, false);
+    L->End = acquireEvent(C, L->Timed);
     if (Preemptible) {
       L->Start = acquireEvent(C, false);
       L->Gate = acquireEvent(C, false);
-      L->Flag = acquireEvent(C, false);
+      L->Flag = acquireEvent(C, L->Timed);
     }
   }
   auto GiveBack = [&] {
     std::lock_guard<std::mutex> G(C.Mu);
-    if (L->Ctrl)
-      C.FreeCtrl.push_back(L->Ctrl);
-    for (CUevent E : {L->Start, L->End, L->Gate, L->Flag})
-      if (E)
-        C.FreeEvents.push_back(E);
+    giveBackEvents(C, *L);
   };
   if (!L->Ctrl || !L->End || (Preemptible && (!L->Start || !L->Gate || !L->Flag)) ||
       !buildParams(K, *K.Ptb, A, 0, L->Ctrl, Chunk, L->ParamBuf, L->ParamBytes)) {
@@ -535,9 +541,9 @@ void Runtime::Impl::handle(PtbLaunch &L) {
       break;
     logf(LogLevel::Debug, "kernel %s: flag raised %s %u", L.K->Name.c_str(),
          AtBlock ? "at block" : "after us", AtBlock ? Point : Delay);
-    double LatencyUs = 0;
+    PreemptTimes Times;
     uint32_t Done = 0;
-    if (!collectPreempted(L, Raised, LatencyUs, Done))
+    if (!collectPreempted(L, Raised, Times, Done))
       return;
     logf(LogLevel::Debug, "kernel %s: %u of %u blocks done when it stopped", L.K->Name.c_str(),
          Done, L.Blocks);
@@ -546,21 +552,39 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     DoneSoFar = std::max(DoneSoFar, Done);
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
     if (!AtBlock)
-      PreemptLatencyUs.push_back(LatencyUs);
+      notePreemption(Times);
     if (!resumeOrRelease(L, Done))
       return;
   }
 }
 
 bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::time_point Raised,
-                                     double &LatencyUs, uint32_t &Done) {
+                                     PreemptTimes &T, uint32_t &Done) {
   ContextState &C = *L.C;
   // The write must have landed before the block is read, cleared for the
   // resumption or reused: a late flag would stop a launch nobody resumes.
   bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
+  auto Since = [&] {
+    return std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
+  };
+  T = PreemptTimes{};
+  T.IssueUs = Since();
+  // The flag lands before the workers leave (unless the launch ended on
+  // its own first): looked for first, so the signal's part is seen too.
+  if (FlagTracked) {
+    for (unsigned Spin = 0; Spin < 4096; ++Spin) {
+      CUresult Q = D.cuEventQuery(L.Flag);
+      if (Q == CUDA_SUCCESS) {
+        T.SignalUs = Since();
+        break;
+      }
+      if (Q != CUDA_ERROR_NOT_READY || D.cuEventQuery(L.End) != CUDA_ERROR_NOT_READY)
+        break; // (ended first: the flag's time says nothing)
+    }
+  }
   if (!waitEvent(L.End, &L, "end (workers gone)"))
     return false;
-  LatencyUs = std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
+  T.TotalUs = Since();
   if (!FlagTracked) {
     // Cannot tell when the flag lands: wait for the signal stream itself.
     if (D.cuStreamSynchronize(C.Signal) != CUDA_SUCCESS)
@@ -568,6 +592,10 @@ bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::ti
   } else if (!waitEvent(L.Flag, &L, "flag write")) {
     return false;
   }
+  float Ms = 0;
+  if (L.Timed && FlagTracked && D.cuEventElapsedTime &&
+      D.cuEventElapsedTime(&Ms, L.Flag, L.End) == CUDA_SUCCESS && Ms >= 0)
+    T.DeviceUs = Ms * 1000.0;
   Done = 0;
   if (!C.DoneWord && D.cuMemHostAlloc) {
     void *P = nullptr;

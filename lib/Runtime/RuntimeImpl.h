@@ -124,12 +124,23 @@ struct PtbLaunch {
   CUevent End = nullptr;   ///< after the latest (re)launch
   CUevent Gate = nullptr;  ///< on the application's stream, after the gate
   CUevent Flag = nullptr;  ///< on the signal stream, after the latest flag write
+  /// End and Flag record times (timed statistics): a preemption's time on
+  /// the GPU, flag landed to workers gone, is the time between them.
+  bool Timed = false;
   /// Preempted when HP processes are active (the scheduler), rather than
   /// at random points (--preempt).
   bool Scheduled = false;
   /// Under MPS, its workers beside HP (Policy::besideWorkers; 0: it leaves
   /// the GPU for HP) and its full width. Workers is one of the two.
   uint32_t Narrow = 0, Wide = 0;
+};
+
+/// How long one preemption's parts took (us; negative: not known).
+struct PreemptTimes {
+  double TotalUs = 0;   ///< flag raised to workers gone, host-observed
+  double IssueUs = -1;  ///< raised to the flag's write issued (driver calls)
+  double SignalUs = -1; ///< raised to the write seen landed
+  double DeviceUs = -1; ///< landed to workers gone, on the GPU's clock
 };
 
 /// Per CUDA context: internal streams, control blocks, events.
@@ -445,9 +456,19 @@ struct Runtime::Impl {
   bool Stopping = false;
   std::thread Preemptor;
   std::mt19937_64 Rng;
-  /// Flag raised to workers gone, host-observed (us), of launches that
-  /// were preempted (written by the preemptor thread only).
-  std::vector<double> PreemptLatencyUs;
+  /// Of the launches that were preempted (written by the preemptor thread
+  /// only; us): flag raised to workers gone, host-observed; where known,
+  /// raised to the flag's write issued (the driver calls) and seen landed,
+  /// and landed to workers gone on the GPU's clock (timed statistics).
+  std::vector<double> PreemptLatencyUs, PreemptIssueUs, PreemptSignalUs, PreemptDeviceUs;
+  void notePreemption(const PreemptTimes &T) {
+    PreemptLatencyUs.push_back(T.TotalUs);
+    for (auto [V, Into] : {std::pair{T.IssueUs, &PreemptIssueUs},
+                           std::pair{T.SignalUs, &PreemptSignalUs},
+                           std::pair{T.DeviceUs, &PreemptDeviceUs}})
+      if (V >= 0)
+        Into->push_back(V);
+  }
   /// The drain lock: program threads hold it shared while inside a call of
   /// BlockingCalls.def (it may wait for GPU work holding the driver's
   /// lock); the preemptor holds it exclusively from before a flag goes up
@@ -504,6 +525,8 @@ struct Runtime::Impl {
   CUdeviceptr acquireCtrl(ContextState &C);
   CUevent acquireEvent(ContextState &C, bool Timing);
   void reclaim(ContextState &C);
+  /// \p L's control block and events back to \p C's free lists (C.Mu held).
+  void giveBackEvents(ContextState &C, const PtbLaunch &L);
   void retire(std::unique_ptr<PtbLaunch> L);
   void startPreemptor();
   void preemptorLoop();
@@ -514,10 +537,10 @@ struct Runtime::Impl {
   bool waitEvent(CUevent E, const PtbLaunch *L = nullptr, const char *What = nullptr);
   bool resume(PtbLaunch &L, bool Resumption = true);
   /// After the flag of \p L was raised at \p Raised: waits for the workers
-  /// to leave and the flag write to land, reads `done`. False when the
-  /// launch cannot be followed any more.
+  /// to leave and the flag write to land, reads `done`; \p T: how long
+  /// each part took. False when the launch cannot be followed any more.
   bool collectPreempted(PtbLaunch &L, std::chrono::steady_clock::time_point Raised,
-                        double &LatencyUs, uint32_t &Done);
+                        PreemptTimes &T, uint32_t &Done);
   /// Relaunches a preempted \p L (three tries); failing that, releases its
   /// stream with an error and returns false.
   bool resumeOrRelease(PtbLaunch &L, uint32_t Done, bool Resumption = true);

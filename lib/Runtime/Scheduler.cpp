@@ -1437,9 +1437,9 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
         D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
             CUDA_SUCCESS)
       return; // not raised: it completes on its own
-    double LatencyUs = 0;
+    PreemptTimes Times;
     uint32_t Done = 0;
-    if (!collectPreempted(L, Raised, LatencyUs, Done))
+    if (!collectPreempted(L, Raised, Times, Done))
       return;
     if (Done >= L.Blocks)
       return; // finished before the flag was seen
@@ -1469,7 +1469,7 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
       Co.Preemptions.fetch_add(1, std::memory_order_relaxed);
       Co.Seg->addPreemption();
-      PreemptLatencyUs.push_back(LatencyUs);
+      notePreemption(Times);
       if (L.Narrow && !Co.HpOffMps.load(std::memory_order_relaxed)) {
         // Under MPS: back at once beside HP, with part of the workers.
         L.Workers = L.Narrow;

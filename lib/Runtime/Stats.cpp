@@ -169,16 +169,32 @@ void Runtime::Impl::writeStats() {
                  (unsigned long long)Px.Refused, (unsigned long long)Px.Failed,
                  (unsigned long long)Px.Rejected, (unsigned long long)Px.SecondInLink);
   // The preemptor has been joined: its measurements are final.
-  std::vector<double> Lat = PreemptLatencyUs;
-  std::sort(Lat.begin(), Lat.end());
-  auto Pct = [&](double P) {
-    return Lat.empty() ? 0.0 : Lat[std::min(Lat.size() - 1, size_t(P * (Lat.size() - 1) + 0.5))];
+  std::vector<double> Lat = PreemptLatencyUs, IssueLat = PreemptIssueUs,
+                      SigLat = PreemptSignalUs, DevLat = PreemptDeviceUs;
+  for (auto *V : {&Lat, &IssueLat, &SigLat, &DevLat})
+    std::sort(V->begin(), V->end());
+  auto PctOf = [](const std::vector<double> &V, double P) {
+    return V.empty() ? 0.0 : V[std::min(V.size() - 1, size_t(P * (V.size() - 1) + 0.5))];
   };
-  if (!Lat.empty())
+  auto Pct = [&](double P) { return PctOf(Lat, P); };
+  if (!Lat.empty()) {
     std::fprintf(E,
                  "tally: %zu preemptions, flag raised to workers gone (host-observed): p50 %.1f "
-                 "us, p99 %.1f us, max %.1f us\n",
+                 "us, p99 %.1f us, max %.1f us",
                  Lat.size(), Pct(0.5), Pct(0.99), Lat.back());
+    if (!IssueLat.empty())
+      std::fprintf(E, "; raised to the flag's write issued: p50 %.1f us, p99 %.1f us",
+                   PctOf(IssueLat, 0.5), PctOf(IssueLat, 0.99));
+    if (!SigLat.empty())
+      std::fprintf(E, "; raised to the write seen landed: p50 %.1f us, p99 %.1f us (%zu)",
+                   PctOf(SigLat, 0.5), PctOf(SigLat, 0.99), SigLat.size());
+    if (!DevLat.empty())
+      std::fprintf(E,
+                   "; on the GPU, flag landed to workers gone: p50 %.1f us, p99 %.1f us, max "
+                   "%.1f us (%zu)",
+                   PctOf(DevLat, 0.5), PctOf(DevLat, 0.99), DevLat.back(), DevLat.size());
+    std::fprintf(E, "\n");
+  }
   if (uint64_t N = Deferred.load())
     std::fprintf(E,
                  "tally: %llu preemptions not made: a program thread was in a driver call that "
@@ -423,10 +439,19 @@ void Runtime::Impl::writeStats() {
                   "  \"share_without_variants\": %.6f,\n  \"cooperative_launches\": %llu,\n"
                   "  \"graph_launches\": %llu,\n"
                   "  \"preemption_latency_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
-                  "\"max\": %.3f},\n  \"preemptions_deferred_by_blocking_calls\": %llu,",
+                  "\"max\": %.3f},\n  \"preemption_issue_us\": {\"count\": %zu, \"p50\": %.3f, "
+                  "\"p99\": %.3f, \"max\": %.3f},\n  \"preemption_signal_us\": {\"count\": %zu, \"p50\": %.3f, "
+                  "\"p99\": %.3f, \"max\": %.3f},\n  \"preemption_device_us\": {\"count\": %zu, "
+                  "\"p50\": %.3f, \"p99\": %.3f, \"max\": %.3f},\n"
+                  "  \"preemptions_deferred_by_blocking_calls\": %llu,",
                Total / 1e6, Without / 1e6, Share, (unsigned long long)CooperativeLaunches.load(),
                (unsigned long long)GraphLaunches.load(), Lat.size(), Pct(0.5), Pct(0.99),
-               Lat.empty() ? 0.0 : Lat.back(), (unsigned long long)Deferred.load());
+               Lat.empty() ? 0.0 : Lat.back(), IssueLat.size(), PctOf(IssueLat, 0.5),
+               PctOf(IssueLat, 0.99), IssueLat.empty() ? 0.0 : IssueLat.back(), SigLat.size(),
+               PctOf(SigLat, 0.5),
+               PctOf(SigLat, 0.99), SigLat.empty() ? 0.0 : SigLat.back(), DevLat.size(),
+               PctOf(DevLat, 0.5), PctOf(DevLat, 0.99), DevLat.empty() ? 0.0 : DevLat.back(),
+               (unsigned long long)Deferred.load());
   std::fprintf(J,
                "\n  \"runtime_ptx\": {\"modules\": %llu, \"transformed\": %llu, "
                "\"from_cache\": %llu, \"cached_ms\": %.3f, \"made_ms\": %.3f, "

@@ -89,6 +89,9 @@ struct FEvent {
 struct State {
   std::recursive_mutex Mu;
   std::map<CUevent, FEvent> Events;
+  /// Events created with CU_EVENT_DISABLE_TIMING: the driver refuses their
+  /// elapsed time.
+  std::set<CUevent> Untimed;
   std::vector<std::string> Log;
   std::vector<PendingPtb> Pending;
   std::map<CUstream, bool> Capturing;
@@ -591,10 +594,12 @@ FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t 
   return CUDA_SUCCESS;
 }
 static int slowEvents();
-FAKE CUresult cuEventCreate(CUevent *E, unsigned) {
+FAKE CUresult cuEventCreate(CUevent *E, unsigned Flags) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   *E = reinterpret_cast<CUevent>(static_cast<uintptr_t>(0x10000 + S().NextEvent++));
   S().Created.insert(reinterpret_cast<uintptr_t>(*E));
+  if (Flags & CU_EVENT_DISABLE_TIMING)
+    S().Untimed.insert(*E);
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
@@ -646,7 +651,12 @@ FAKE CUresult cuEventQuery(CUevent E) {
 }
 FAKE CUresult cuEventSynchronize(CUevent E) { return cuEventQuery(E); }
 /// Every timed launch took 0.5 ms, or FAKE_ELAPSED_US microseconds.
-FAKE CUresult cuEventElapsedTime_v2(float *Ms, CUevent, CUevent) {
+FAKE CUresult cuEventElapsedTime_v2(float *Ms, CUevent A, CUevent B) {
+  {
+    std::lock_guard<std::recursive_mutex> G(S().Mu);
+    if (S().Untimed.count(A) || S().Untimed.count(B))
+      return CUDA_ERROR_INVALID_HANDLE; // as the driver: no times recorded
+  }
   const char *Us = std::getenv("FAKE_ELAPSED_US");
   *Ms = Us ? float(std::atof(Us) / 1000.0) : 0.5f;
   return CUDA_SUCCESS;

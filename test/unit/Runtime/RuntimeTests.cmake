@@ -57,6 +57,10 @@ function(tally_stats_test NAME FILTER ENV CHECKER)
 endfunction()
 tally_stats_test(runtime-force-ptb "ForcePtb.*"
   "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6" check-stats.py runtime-force-ptb-stats)
+# Without timed statistics the preemptions are not timed on the GPU either
+# (their events are made without times).
+tally_stats_test(runtime-force-ptb-untimed "ForcePtb.*"
+  "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_STATS_TIMING=0" check-stats.py)
 # Sampled timing: one launch in four timed, the rest estimated.
 tally_stats_test(runtime-stats-sampled "StatsTiming.*"
   "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS_TIMING=4;FAKE_ELAPSED_US=10" check-stats-sampled.py)

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Checks the JSON statistics libtally.so wrote at exit of a RuntimeTests run
 (ForcePtb configuration): the kernels it launched with variants, the
-preemptions and resumptions, and the kernels without variants with why."""
+preemptions and resumptions with their latency (host-observed, and with
+timed statistics on the GPU's clock too: the fake driver's elapsed time,
+500 us, which it refuses for events made without timing), and the kernels
+without variants with why."""
 import json
 import sys
 
@@ -29,7 +32,20 @@ c = k.get("ptb_capture")
 check(c is not None and c["captured"] == 1 and c["launches"]["original"] == 1, "ptb_capture: counted as captured: %s" % c)
 f = k.get("ptb_fail")
 check(f is not None and f["launches"]["original"] == 3 and f["fallbacks"] >= 1, "ptb_fail: fell back: %s" % f)
-check(s["gpu_ms"] > 0 and 0 < s["share_without_variants"] < 1, "GPU time and the share without variants")
+timed = s["timing"]["every"] > 0
+if timed:
+    check(s["gpu_ms"] > 0 and 0 < s["share_without_variants"] < 1, "GPU time and the share without variants")
+lat, sig, dev = s["preemption_latency_us"], s["preemption_signal_us"], s["preemption_device_us"]
+issue = s["preemption_issue_us"]
+check(lat["count"] >= 6, "preemptions timed on the host: %s" % lat)
+check(issue["count"] == lat["count"] and issue["max"] <= lat["max"],
+      "the flag's write issued at each, before the workers were seen gone: %s" % issue)
+check(sig["count"] == lat["count"], "the flag's write seen landing at each: %s" % sig)
+if timed:
+    check(dev["count"] == lat["count"] and dev["p50"] == 500 and dev["max"] == 500,
+          "each timed on the GPU (events with times): %s" % dev)
+else:
+    check(dev["count"] == 0, "none timed on the GPU without timed statistics: %s" % dev)
 if errors:
     print("runtime statistics check failed:\n  " + "\n  ".join(errors))
     print(json.dumps(s, indent=1))
