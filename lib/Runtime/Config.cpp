@@ -199,6 +199,8 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
     return C;
   if (!Flag("TALLY_PROVISIONAL", C.Provisional))
     return C;
+  if (!Flag("TALLY_ARMED_FLAG", C.ArmedFlag))
+    return C;
   if (const char *V = GetEnv("TALLY_BESIDE_PTB_PERCENT"); V && *V) {
     uint64_t N = 0;
     if (!parseUnsigned(V, 100, N))

@@ -209,6 +209,51 @@ CUdeviceptr Runtime::Impl::acquireCtrl(ContextState &C) {
   return P;
 }
 
+ArmWord Runtime::Impl::acquireArm(ContextState &C) {
+  std::lock_guard<std::mutex> G(C.Mu);
+  if (C.FreeArm.empty()) {
+    // A slab of 256 words, one per 64 bytes; never freed (reused for the
+    // process's life).
+    constexpr size_t Stride = 64, Count = 256;
+    void *Slab = nullptr;
+    CUdeviceptr Dev = 0;
+    if (C.ArmBroken || !D.cuMemHostAlloc || !D.cuMemHostGetDevicePointer ||
+        D.cuMemHostAlloc(&Slab, Stride * Count, CU_MEMHOSTALLOC_DEVICEMAP) != CUDA_SUCCESS) {
+      C.ArmBroken = true;
+      return {};
+    }
+    if (D.cuMemHostGetDevicePointer(&Dev, Slab, 0) != CUDA_SUCCESS) {
+      C.ArmBroken = true; // (the slab is kept: a failed driver frees nothing safely)
+      return {};
+    }
+    for (size_t I = Count; I-- > 0;)
+      C.FreeArm.push_back({reinterpret_cast<uint32_t *>(static_cast<char *>(Slab) + I * Stride),
+                           Dev + I * Stride});
+  }
+  ArmWord W = C.FreeArm.back();
+  C.FreeArm.pop_back();
+  // The GPU is done with it (reclaim): nothing reads or writes it now.
+  __atomic_store_n(W.Host, 0u, __ATOMIC_RELAXED);
+  return W;
+}
+
+void Runtime::Impl::armFlag(PtbLaunch &L) {
+  ContextState &C = *L.C;
+  if (!L.ArmSeq || L.ArmQueued)
+    return;
+  // Ordered after the (re)launch's clear of the block, as a raised flag is.
+  if (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||
+      D.cuStreamWaitValue32(C.Signal, L.Arm.Dev, L.ArmSeq, CU_STREAM_WAIT_VALUE_GEQ) !=
+          CUDA_SUCCESS) {
+    L.ArmSeq = 0; // nothing waits: raised by driver calls from now on
+    return;
+  }
+  L.ArmQueued = true;
+  L.ArmWrite = D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+               CUDA_SUCCESS;
+  L.ArmRecorded = L.ArmWrite && D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
+}
+
 CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
   {
     std::lock_guard<std::mutex> G(C.Mu);
@@ -228,6 +273,8 @@ CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
 void Runtime::Impl::giveBackEvents(ContextState &C, const PtbLaunch &L) {
   if (L.Ctrl)
     C.FreeCtrl.push_back(L.Ctrl);
+  if (L.Arm.Host)
+    C.FreeArm.push_back(L.Arm);
   for (CUevent E : {L.Start, L.Gate})
     if (E)
       C.FreeEvents.push_back(E);
@@ -317,6 +364,8 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     // landed to workers gone): End and Flag then record times.
     L->Timed = Preemptible && Cfg.Stats && Cfg.StatsTiming;
     L->Ctrl = acquireCtrl(C);
+    if (Scheduled && Cfg.ArmedFlag)
+      L->Arm = acquireArm(C); // (none: raised by driver calls)
     L->End = acquireEvent(C, L->Timed);
     if (Preemptible) {
       L->Start = acquireEvent(C, false);
@@ -355,6 +404,11 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
        K.Name.c_str(), L->Blocks, L->Workers, Chunk, Preemptible ? ", preemptible" : "");
   // From here on the variant runs: errors below may only make it
   // unpreemptible, never run the original too.
+  // The armed flag's release when the kernel ends, before End: a wait the
+  // runtime thread queues for it never outlives the kernel.
+  if (L->Arm.Host && D.cuStreamWriteValue32(S, L->Arm.Dev, 1, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+                         CUDA_SUCCESS)
+    L->ArmSeq = 1;
   bool EndRecorded = D.cuEventRecord(L->End, S) == CUDA_SUCCESS;
   bool Waits = Preemptible && EndRecorded &&
                D.cuStreamWaitValue32(S, L->Ctrl + 8, L->Blocks, CU_STREAM_WAIT_VALUE_GEQ) ==
@@ -469,6 +523,16 @@ bool Runtime::Impl::resume(PtbLaunch &L, bool Resumption) {
   if (R == CUDA_SUCCESS)
     R = launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume, L.ParamBuf.data(),
                       L.ParamBytes);
+  if (R == CUDA_SUCCESS && L.ArmSeq) {
+    // The relaunch's own release (Scheduler.cpp arms it again); failing
+    // that, its flag goes up by driver calls.
+    L.ArmQueued = false; // (the last wait was released when the flag went up)
+    if (D.cuStreamWriteValue32(C.Resume, L.Arm.Dev, L.ArmSeq + 1, CU_STREAM_WRITE_VALUE_DEFAULT) ==
+        CUDA_SUCCESS)
+      ++L.ArmSeq;
+    else
+      L.ArmSeq = 0;
+  }
   if (R == CUDA_SUCCESS)
     R = D.cuEventRecord(L.End, C.Resume);
   if (R == CUDA_SUCCESS) {
@@ -559,11 +623,11 @@ void Runtime::Impl::handle(PtbLaunch &L) {
 }
 
 bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::time_point Raised,
-                                     PreemptTimes &T, uint32_t &Done) {
+                                     PreemptTimes &T, uint32_t &Done, bool FlagRecorded) {
   ContextState &C = *L.C;
   // The write must have landed before the block is read, cleared for the
   // resumption or reused: a late flag would stop a launch nobody resumes.
-  bool FlagTracked = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
+  bool FlagTracked = FlagRecorded || D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
   auto Since = [&] {
     return std::chrono::duration<double, std::micro>(Clock::now() - Raised).count();
   };

@@ -111,6 +111,12 @@ struct ModuleEntry {
 };
 
 /// One PTB launch from its first launch to its last resumption.
+/// A word of pinned host memory that the GPU reads (Config::ArmedFlag).
+struct ArmWord {
+  uint32_t *Host = nullptr;
+  CUdeviceptr Dev = 0;
+};
+
 struct PtbLaunch {
   KernelEntry *K = nullptr;
   struct ContextState *C = nullptr;
@@ -127,6 +133,17 @@ struct PtbLaunch {
   /// End and Flag record times (timed statistics): a preemption's time on
   /// the GPU, flag landed to workers gone, is the time between them.
   bool Timed = false;
+  /// Config::ArmedFlag (scheduled launches): the signal stream's flag write
+  /// waits for Arm >= ArmSeq, the number of the latest (re)launch, which
+  /// the host stores to raise the flag and the GPU writes after that
+  /// (re)launch of the kernel ends (so the wait never outlives the kernel
+  /// and the write lands on a finished launch). ArmSeq 0: the flag goes up
+  /// by driver calls when raised.
+  ArmWord Arm;
+  uint32_t ArmSeq = 0;
+  bool ArmQueued = false;   ///< the wait for ArmSeq is queued, not yet released
+  bool ArmWrite = false;    ///< ... with the flag's write behind it
+  bool ArmRecorded = false; ///< ... and Flag recorded behind the write
   /// Preempted when HP processes are active (the scheduler), rather than
   /// at random points (--preempt).
   bool Scheduled = false;
@@ -169,6 +186,8 @@ struct ContextState {
   uint32_t *DoneWord = nullptr;
   std::mutex Mu;
   std::vector<CUdeviceptr> FreeCtrl;
+  std::vector<ArmWord> FreeArm;
+  bool ArmBroken = false; ///< pinned words could not be had: flags raised by driver calls
   std::vector<CUevent> FreeEvents, FreeTimingEvents;
   /// Finished launches whose control block is still read by the GPU.
   std::deque<std::unique_ptr<PtbLaunch>> Retiring;
@@ -539,8 +558,14 @@ struct Runtime::Impl {
   /// After the flag of \p L was raised at \p Raised: waits for the workers
   /// to leave and the flag write to land, reads `done`; \p T: how long
   /// each part took. False when the launch cannot be followed any more.
+  /// \p FlagRecorded: L.Flag is already recorded behind the flag's write.
   bool collectPreempted(PtbLaunch &L, std::chrono::steady_clock::time_point Raised,
-                        PreemptTimes &T, uint32_t &Done);
+                        PreemptTimes &T, uint32_t &Done, bool FlagRecorded = false);
+  /// Config::ArmedFlag: a word for a launch (none: Host null).
+  ArmWord acquireArm(ContextState &C);
+  /// Queues \p L's flag write behind the wait for its ArmSeq on the signal
+  /// stream, where it is not yet (the runtime thread, context current).
+  void armFlag(PtbLaunch &L);
   /// Relaunches a preempted \p L (three tries); failing that, releases its
   /// stream with an error and returns false.
   bool resumeOrRelease(PtbLaunch &L, uint32_t Done, bool Resumption = true);

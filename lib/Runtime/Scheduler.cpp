@@ -1404,6 +1404,8 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     // held until the resumption is queued).
     std::unique_lock<std::shared_mutex> Excl(Drain, std::defer_lock);
     bool Counted = false, Widening = false;
+    if (D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
+      armFlag(L); // (an ended launch needs none: its release is queued)
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))
         return; // destroyed behind the runtime's back: nothing to watch
@@ -1431,15 +1433,25 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       else
         cpuRelax();
     }
-    // Raise the flag, ordered after the (re)launch's clear of the block.
+    // Raise the flag, ordered after the (re)launch's clear of the block:
+    // armed, by releasing the write queued behind the wait (one store; the
+    // fence sends it on its way); else by queueing the write now (also
+    // behind a wait whose write failed, released first).
     auto Raised = Clock::now();
-    if (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||
-        D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
-            CUDA_SUCCESS)
+    bool Armed = L.ArmQueued, Recorded = Armed && L.ArmRecorded;
+    if (Armed) {
+      __atomic_store_n(L.Arm.Host, L.ArmSeq, __ATOMIC_RELEASE);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      L.ArmQueued = false;
+    }
+    if (!(Armed && L.ArmWrite) &&
+        (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||
+         D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
+             CUDA_SUCCESS))
       return; // not raised: it completes on its own
     PreemptTimes Times;
     uint32_t Done = 0;
-    if (!collectPreempted(L, Raised, Times, Done))
+    if (!collectPreempted(L, Raised, Times, Done, Recorded))
       return;
     if (Done >= L.Blocks)
       return; // finished before the flag was seen

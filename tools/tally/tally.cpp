@@ -91,6 +91,8 @@ const char *Variables =
     "  TALLY_PROVISIONAL  0: under MPS, a BE launch of a shape still being measured\n"
     "                     waits for HP to be idle (default 1: while an HP request\n"
     "                     runs it starts as a narrow PTB launch beside HP)\n"
+    "  TALLY_ARMED_FLAG   0: a BE PTB launch's preemption flag write is queued when\n"
+    "                     HP arrives (default 1: queued ahead, raised by one store)\n"
     "  TALLY_BESIDE_PTB_PERCENT  under MPS, a BE PTB launch keeps this share of a\n"
     "                     wave of workers beside HP (default 50; 0: it leaves)\n"
     "  TALLY_WIDEN_US     a narrow PTB launch takes all its workers back after HP was\n"

@@ -163,6 +163,12 @@ struct Config {
   /// (Policy::provisional); its forms are measured at launches made while
   /// HP is idle.
   bool Provisional = true;
+  /// A scheduled PTB launch's flag write is queued on the signal stream
+  /// ahead of time, behind a wait on a word in pinned host memory: raising
+  /// the flag is then one store from the host, no driver call (the wait is
+  /// also released from the GPU when the launch ends). False: the write is
+  /// queued when the flag is raised.
+  bool ArmedFlag = true;
   /// Under MPS (and with Beside), a BE PTB launch keeps this percentage of
   /// a full wave of workers (at least one) while HP works instead of leaving
   /// the GPU: it starts narrow, or is narrowed when HP arrives (0: PTB

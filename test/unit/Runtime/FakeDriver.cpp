@@ -37,6 +37,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -84,6 +85,24 @@ struct FEvent {
   CUstream Stream = nullptr;
   size_t Pending = 0; ///< launches queued before the record
   int SlowLeft = 0;   ///< queries still "not ready" (fake_slow_events at the record)
+  bool Deferred = false; ///< behind a stream's wait that is not yet released
+};
+
+/// A stream waiting for a word of host memory (cuMemHostAlloc) to reach a
+/// value: its later operations run once it does (the armed preemption
+/// flag, Config::ArmedFlag). Waits on device memory are not modelled.
+struct BlockedStream {
+  CUdeviceptr Addr = 0;
+  uint32_t V = 0;
+  std::vector<std::function<void()>> Ops;
+};
+/// A write to host memory queued behind an open PTB launch on its stream:
+/// it lands when the launch ends.
+struct AfterLaunch {
+  size_t Launch;
+  CUstream St;
+  CUdeviceptr Addr;
+  uint32_t V;
 };
 
 struct State {
@@ -94,6 +113,9 @@ struct State {
   std::set<CUevent> Untimed;
   std::vector<std::string> Log;
   std::vector<PendingPtb> Pending;
+  std::vector<std::pair<uintptr_t, uintptr_t>> HostAllocs; ///< [begin, end)
+  std::map<CUstream, BlockedStream> Blocked;
+  std::vector<AfterLaunch> AfterLaunches;
   std::map<CUstream, bool> Capturing;
   unsigned BlocksBeforeFlag = 1;
   int SMs = 4, BlocksPerSM = 2;
@@ -193,6 +215,81 @@ void runPtb(PendingPtb &P, uint64_t Max) {
   }
 }
 
+void pump();
+
+bool isHostMem(CUdeviceptr A) {
+  for (auto [Lo, Hi] : S().HostAllocs)
+    if (A >= Lo && A < Hi)
+      return true;
+  return false;
+}
+
+/// A 32-bit stream write landing. \p Deferred: it was held behind a wait;
+/// a flag that then lands on a launch already ended is logged as
+/// "lateflag" (the armed flag's write, released when its launch ended).
+void writeValue32Now(CUstream St, CUdeviceptr Addr, uint32_t V, bool Deferred) {
+  *reinterpret_cast<uint32_t *>(Addr) = V;
+  if (isHostMem(Addr)) {
+    log("armwrite stream=" + streamName(St) + " value=" + std::to_string(V));
+    return;
+  }
+  bool Stops = false, Ended = false;
+  for (PendingPtb &P : S().Pending)
+    if (rd64(P.Params, P.K->CtrlAt) + 4 == Addr)
+      (P.Open ? Stops : Ended) = true;
+  log(std::string(Deferred && V && Ended && !Stops ? "lateflag" : "writevalue") +
+      " stream=" + streamName(St) + " value=" + std::to_string(V));
+  // A raised flag: the running launch finishes the blocks it has and stops.
+  for (PendingPtb &P : S().Pending)
+    if (P.Open && V && rd64(P.Params, P.K->CtrlAt) + 4 == Addr) {
+      runPtb(P, S().BlocksBeforeFlag);
+      P.Open = false;
+    }
+}
+
+void waitValue32Now(CUstream St, CUdeviceptr Addr, uint32_t V) {
+  if (isHostMem(Addr) && *reinterpret_cast<uint32_t *>(Addr) < V)
+    S().Blocked[St] = {Addr, V, {}};
+}
+
+/// Runs \p Ops of stream \p St in order until one blocks it again.
+void runOps(CUstream St, std::vector<std::function<void()>> &Ops) {
+  for (size_t I = 0; I < Ops.size(); ++I) {
+    auto B = S().Blocked.find(St);
+    if (B != S().Blocked.end()) {
+      B->second.Ops.insert(B->second.Ops.end(), Ops.begin() + I, Ops.end());
+      return;
+    }
+    Ops[I]();
+  }
+}
+
+/// What the GPU does on its own: host writes behind ended launches land,
+/// streams whose host word arrived go on.
+void pump() {
+  for (bool Progress = true; Progress;) {
+    Progress = false;
+    for (size_t I = 0; I < S().AfterLaunches.size(); ++I) {
+      AfterLaunch A = S().AfterLaunches[I];
+      if (S().Pending[A.Launch].Open)
+        continue;
+      S().AfterLaunches.erase(S().AfterLaunches.begin() + I);
+      writeValue32Now(A.St, A.Addr, A.V, false);
+      Progress = true;
+      break;
+    }
+    for (auto It = S().Blocked.begin(); !Progress && It != S().Blocked.end(); ++It) {
+      if (*reinterpret_cast<uint32_t *>(It->second.Addr) < It->second.V)
+        continue;
+      CUstream St = It->first;
+      auto Ops = std::move(It->second.Ops);
+      S().Blocked.erase(It);
+      runOps(St, Ops);
+      Progress = true;
+    }
+  }
+}
+
 void finishPending(CUstream St, bool Any) {
   for (PendingPtb &P : S().Pending) {
     if (!P.Open || (!Any && P.Stream != St))
@@ -202,6 +299,7 @@ void finishPending(CUstream St, bool Any) {
       runPtb(P, UINT64_MAX);
     P.Open = false;
   }
+  pump();
 }
 
 std::vector<unsigned char> packParams(FKernel *K, void **Params, void **Extra) {
@@ -560,6 +658,12 @@ FAKE CUresult cuStreamSynchronize(CUstream St) {
     usleep(Us);
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   finishPending(St, false);
+  if (S().Blocked.count(St)) {
+    // The real driver would wait here for ever: a test's failure.
+    std::fprintf(stderr, "fake driver: stream %s waits for ever on host memory\n",
+                 streamName(St).c_str());
+    std::abort();
+  }
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuStreamQuery(CUstream St) {
@@ -578,19 +682,29 @@ FAKE CUresult cuStreamWaitValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V
   checkLive(St, "stream in waitvalue");
   log("waitvalue stream=" + streamName(St) + " value=" + std::to_string(V) +
       " flags=" + std::to_string(F) + " addr=" + std::to_string(Addr));
+  pump();
+  if (S().Blocked.count(St))
+    S().Blocked[St].Ops.push_back([=] { waitValue32Now(St, Addr, V); });
+  else
+    waitValue32Now(St, Addr, V);
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in writevalue");
-  *reinterpret_cast<uint32_t *>(Addr) = V;
-  log("writevalue stream=" + streamName(St) + " value=" + std::to_string(V));
-  // A raised flag: the running launch finishes the blocks it has and stops.
-  for (PendingPtb &P : S().Pending)
-    if (P.Open && V && rd64(P.Params, P.K->CtrlAt) + 4 == Addr) {
-      runPtb(P, S().BlocksBeforeFlag);
-      P.Open = false;
-    }
+  pump();
+  if (S().Blocked.count(St)) {
+    S().Blocked[St].Ops.push_back([=] { writeValue32Now(St, Addr, V, true); });
+    return CUDA_SUCCESS;
+  }
+  if (isHostMem(Addr))
+    for (size_t I = S().Pending.size(); I-- > 0;)
+      if (S().Pending[I].Open && S().Pending[I].Stream == St) {
+        S().AfterLaunches.push_back({I, St, Addr, V}); // lands when the launch ends
+        return CUDA_SUCCESS;
+      }
+  writeValue32Now(St, Addr, V, false);
+  pump();
   return CUDA_SUCCESS;
 }
 static int slowEvents();
@@ -607,7 +721,13 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(E, "event in record");
   checkLive(St, "stream in record");
-  S().Events[E] = {St, S().Pending.size(), slowEvents()};
+  pump();
+  if (S().Blocked.count(St)) {
+    S().Events[E] = {St, 0, 0, true};
+    S().Blocked[St].Ops.push_back([=] { S().Events[E] = {St, S().Pending.size(), slowEvents()}; });
+  } else {
+    S().Events[E] = {St, S().Pending.size(), slowEvents()};
+  }
   static const bool LogRecords = std::getenv("FAKE_LOG_RECORDS") != nullptr;
   if (LogRecords) // tests that check consecutive log lines do without
     log("record stream=" + streamName(St));
@@ -624,6 +744,9 @@ FAKE CUresult cuEventQuery(CUevent E) {
     checkLive(E, "event in query");
     return CUDA_ERROR_INVALID_HANDLE;
   }
+  pump();
+  if (S().Events[E].Deferred)
+    return CUDA_ERROR_NOT_READY; // behind a wait not yet released
   if (holdEvents())
     return CUDA_ERROR_NOT_READY;
   if (S().Events[E].SlowLeft > 0) {
@@ -647,6 +770,7 @@ FAKE CUresult cuEventQuery(CUevent E) {
       runPtb(P, UINT64_MAX);
     P.Open = false;
   }
+  pump();
   return CUDA_SUCCESS;
 }
 FAKE CUresult cuEventSynchronize(CUevent E) { return cuEventQuery(E); }
@@ -666,7 +790,11 @@ FAKE CUresult cuMemAlloc_v2(CUdeviceptr *P, size_t Bytes) {
   return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 FAKE CUresult cuMemHostAlloc(void **P, size_t Bytes, unsigned) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
   *P = std::calloc(1, Bytes);
+  if (*P)
+    S().HostAllocs.push_back(
+        {reinterpret_cast<uintptr_t>(*P), reinterpret_cast<uintptr_t>(*P) + Bytes});
   return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St) {

@@ -1115,6 +1115,61 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
   EXPECT_EQ(fake_log_count("copy TIMED OUT", ""), 0u);
 }
 
+// The armed flag (Config::ArmedFlag; TEST_ARMED=0 with TALLY_ARMED_FLAG=0):
+// a watched PTB launch has its flag write queued on the signal stream
+// ahead of time, behind a wait for a word of host memory (the fake holds
+// the stream's later work until the word arrives); HP's arrival makes the
+// write land with no driver call, the launch stops, and its resumption is
+// armed again for its own number. Each (re)launch releases its wait from
+// the GPU when it ends, so the resumption's write lands late, on a launch
+// already done ("lateflag"), and nothing waits for ever (the fake aborts
+// a synchronisation of a stream that would).
+TEST(ScheduleArmed, TheFlagIsQueuedAheadAndRaisedByHpArriving) {
+  const bool Armed = env("TEST_ARMED") != "0";
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_armed");
+  fake_set_blocks_before_flag(1);
+  auto Raised = [] { return fake_log_count("writevalue", " value=1"); };
+  auto ArmWaits = [](const char *Seq) {
+    return fake_log_count("waitvalue", (std::string(" value=") + Seq + " flags=0").c_str());
+  };
+  const size_t Raised0 = Raised(), Waits0 = ArmWaits("1");
+  std::vector<int> Out(64);
+  fake_hold_ptb(1); // launches run until their flag goes up
+  ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS); // no HP yet: PTB, watched
+  bool Queued = false;
+  for (int I = 0; I < 200 && !Queued; ++I) {
+    usleep(1000);
+    Queued = ArmWaits("1") > Waits0;
+  }
+  EXPECT_EQ(Queued, Armed) << "the flag's wait on the host word (armed: queued ahead)";
+  usleep(20000);
+  EXPECT_EQ(Raised(), Raised0) << "a flag landed before HP arrived";
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  bool Up = false;
+  for (int I = 0; I < 200 && !Up; ++I) {
+    beAlive(*Hp, 10);
+    Up = Raised() > Raised0;
+  }
+  ASSERT_TRUE(Up) << "HP arrived but the BE launch was not stopped";
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 300); // idle: resumed, and watched again
+  if (Armed)
+    EXPECT_GE(ArmWaits("2"), 1u) << "the resumption was not armed again";
+  fake_hold_ptb(0);
+  fake_sync();
+  expectEachBlockOnce(Out);
+  if (Armed) {
+    EXPECT_GE(fake_log_count("armwrite", ""), 2u) << "a release from the GPU per (re)launch";
+    EXPECT_GE(fake_log_count("lateflag", ""), 1u)
+        << "the resumption's write, released when it ended";
+  } else {
+    EXPECT_EQ(fake_log_count("armwrite", ""), 0u);
+    EXPECT_EQ(fake_log_count("lateflag", ""), 0u);
+  }
+}
+
 // Short kernels beside HP (its ctest entries set FAKE_MPS, FAKE_ELAPSED_US,
 // TALLY_BESIDE, TEST_EXPECT_BESIDE: 1 when the short kernel must go
 // while HP is busy, 0 when it must be held like any other, and

@@ -320,6 +320,14 @@ add_test(NAME runtime-schedule-blocking-call
 set_tests_properties(runtime-schedule-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-blocking;TALLY_CACHE_DIR=${_rt_dir}/cache-blocking;TALLY_FORCE=ptb;TALLY_LOG_LEVEL=debug"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT")
+# The armed preemption flag, and the flag raised by driver calls.
+foreach(_armed 1 0)
+  add_test(NAME runtime-schedule-armed-${_armed}
+    COMMAND RuntimeTests --gtest_filter=ScheduleArmed.*)
+  set_tests_properties(runtime-schedule-armed-${_armed} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-armed-${_armed};TALLY_CACHE_DIR=${_rt_dir}/cache-armed-${_armed};TALLY_FORCE=ptb;TALLY_ARMED_FLAG=${_armed};TEST_ARMED=${_armed}"
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+endforeach()
 add_test(NAME runtime-schedule-dead-hp COMMAND RuntimeTests --gtest_filter=ScheduleBe.ADeadHpProcessDoesNotHoldIt)
 set_tests_properties(runtime-schedule-dead-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-dead;TALLY_CACHE_DIR=${_rt_dir}/cache-dead"
