@@ -1404,8 +1404,14 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     // held until the resumption is queued).
     std::unique_lock<std::shared_mutex> Excl(Drain, std::defer_lock);
     bool Counted = false, Widening = false;
-    if (D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
-      armFlag(L); // (an ended launch needs none: its release is queued)
+    // Armed only while it runs wide, when HP is quiet: under MPS a wait
+    // pending on the signal stream slowed HP's requests by about 20 us at
+    // the median beside a narrow launch (2026-11-25), whose flag goes up
+    // only to widen it, which is not urgent. (An ended launch needs none:
+    // its release is queued.)
+    if (!(L.Narrow && L.Workers <= L.Narrow && !Co.HpOffMps.load(std::memory_order_relaxed)) &&
+        D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
+      armFlag(L);
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))
         return; // destroyed behind the runtime's back: nothing to watch
