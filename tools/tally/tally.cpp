@@ -465,6 +465,11 @@ int main(int Argc, char **Argv) {
                 "mode, while HP is present and idle, holding the launch (default: also with "
                 "no HP activity, where a launch of a shape whose profile is incomplete runs "
                 "the candidate due among the program's other launches, timed, not held)");
+  bool NoArmedFlag = false;
+  Run->add_flag("--no-armed-flag", NoArmedFlag,
+                "best-effort: raise a PTB launch's preemption flag by driver calls when HP "
+                "arrives (default: the flag's write of a launch running wide is queued ahead "
+                "behind a wait on a word of pinned host memory, and raising it is one store)");
   bool NoProvisional = false;
   Run->add_flag("--no-provisional", NoProvisional,
                 "best-effort: under MPS, a launch of a shape whose forms are still being "
@@ -638,6 +643,8 @@ int main(int Argc, char **Argv) {
     Set("TALLY_FREE_MEASURE", "0");
   if (NoProvisional)
     Set("TALLY_PROVISIONAL", "0");
+  if (NoArmedFlag)
+    Set("TALLY_ARMED_FLAG", "0");
   // Under MPS, the hardware's own priority between clients: a BE process's
   // blocks are scheduled after HP's. The scheduler still holds, slices and
   // preempts BE kernels; this only orders the blocks both have waiting.

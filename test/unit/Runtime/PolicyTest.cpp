@@ -875,6 +875,14 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   C = configOf({{"TALLY_PROVISIONAL", "maybe"}}, E);
   EXPECT_FALSE(C.Enabled);
   EXPECT_NE(E.find("TALLY_PROVISIONAL"), std::string::npos) << E;
+  // The armed preemption flag: on unless turned off.
+  EXPECT_TRUE(configOf({}, E).ArmedFlag);
+  C = configOf({{"TALLY_ARMED_FLAG", "0"}}, E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_FALSE(C.ArmedFlag);
+  C = configOf({{"TALLY_ARMED_FLAG", "yes please"}}, E);
+  EXPECT_FALSE(C.Enabled);
+  EXPECT_NE(E.find("TALLY_ARMED_FLAG"), std::string::npos) << E;
 }
 
 // The JSON statistics of a process that is not the one `tally run` started
