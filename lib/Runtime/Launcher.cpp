@@ -252,6 +252,8 @@ void Runtime::Impl::armFlag(PtbLaunch &L) {
   L.ArmWrite = D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) ==
                CUDA_SUCCESS;
   L.ArmRecorded = L.ArmWrite && D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
+  if (L.ArmWrite && !L.ArmRecorded)
+    L.Lost = true; // a late flag nobody can see landing: the block is never reused
 }
 
 CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
@@ -271,9 +273,9 @@ CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
 }
 
 void Runtime::Impl::giveBackEvents(ContextState &C, const PtbLaunch &L) {
-  if (L.Ctrl)
+  if (L.Ctrl && !L.Lost)
     C.FreeCtrl.push_back(L.Ctrl);
-  if (L.Arm.Host)
+  if (L.Arm.Host && !L.Lost)
     C.FreeArm.push_back(L.Arm);
   for (CUevent E : {L.Start, L.Gate})
     if (E)
@@ -419,7 +421,7 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     // again once the GPU no longer reads it; when that cannot be told (an
     // event failed), it is never reused.
     if (!EndRecorded || Waits) {
-      L->Ctrl = 0;
+      L->Lost = true;
       logf(LogLevel::Warn, "kernel %s: cannot track a PTB launch (%s); it is not preempted",
            K.Name.c_str(), EndRecorded ? "gate event" : "end event");
     }
@@ -523,7 +525,15 @@ bool Runtime::Impl::resume(PtbLaunch &L, bool Resumption) {
   if (R == CUDA_SUCCESS)
     R = launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume, L.ParamBuf.data(),
                       L.ParamBytes);
-  if (R == CUDA_SUCCESS && L.ArmSeq) {
+  if (R != CUDA_SUCCESS) {
+    // Nothing was relaunched: trying again is safe.
+    logf(LogLevel::Error, "kernel %s: resuming a preempted launch failed (%s)", L.K->Name.c_str(),
+         D.errorName(R).c_str());
+    return false;
+  }
+  // Relaunched: from here never again (two relaunches in flight would
+  // share the block, and their releases the word).
+  if (L.ArmSeq) {
     // The relaunch's own release (Scheduler.cpp arms it again); failing
     // that, its flag goes up by driver calls.
     L.ArmQueued = false; // (the last wait was released when the flag went up)
@@ -533,17 +543,17 @@ bool Runtime::Impl::resume(PtbLaunch &L, bool Resumption) {
     else
       L.ArmSeq = 0;
   }
-  if (R == CUDA_SUCCESS)
-    R = D.cuEventRecord(L.End, C.Resume);
-  if (R == CUDA_SUCCESS) {
-    if (Resumption) // not a widening beside HP (Scheduler.cpp)
-      L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
-    logf(LogLevel::Debug, "kernel %s: resumed on %u workers", L.K->Name.c_str(), L.Workers);
-    return true;
+  if (D.cuEventRecord(L.End, C.Resume) != CUDA_SUCCESS) {
+    // Its end cannot be seen: it runs every block left on its own (its
+    // stream's gate passes then); not watched, its block never reused.
+    L.Lost = true;
+    logf(LogLevel::Warn, "kernel %s: cannot track a resumed PTB launch; it is not preempted",
+         L.K->Name.c_str());
   }
-  logf(LogLevel::Error, "kernel %s: resuming a preempted launch failed (%s)", L.K->Name.c_str(),
-       D.errorName(R).c_str());
-  return false;
+  if (Resumption) // not a widening beside HP (Scheduler.cpp)
+    L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
+  logf(LogLevel::Debug, "kernel %s: resumed on %u workers", L.K->Name.c_str(), L.Workers);
+  return true;
 }
 
 void Runtime::Impl::handle(PtbLaunch &L) {
@@ -617,7 +627,7 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     L.K->Preemptions.fetch_add(1, std::memory_order_relaxed);
     if (!AtBlock)
       notePreemption(Times);
-    if (!resumeOrRelease(L, Done))
+    if (!resumeOrRelease(L, Done) || L.Lost)
       return;
   }
 }
@@ -642,8 +652,15 @@ bool Runtime::Impl::collectPreempted(PtbLaunch &L, std::chrono::steady_clock::ti
         T.SignalUs = Since();
         break;
       }
-      if (Q != CUDA_ERROR_NOT_READY || D.cuEventQuery(L.End) != CUDA_ERROR_NOT_READY)
-        break; // (ended first: the flag's time says nothing)
+      if (Q != CUDA_ERROR_NOT_READY)
+        break;
+      if (D.cuEventQuery(L.End) != CUDA_ERROR_NOT_READY) {
+        // Ended between the two looks: the flag may have landed just
+        // before (counted then, an upper bound), or not at all.
+        if (D.cuEventQuery(L.Flag) == CUDA_SUCCESS)
+          T.SignalUs = Since();
+        break;
+      }
     }
   }
   if (!waitEvent(L.End, &L, "end (workers gone)"))

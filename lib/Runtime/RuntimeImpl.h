@@ -110,13 +110,13 @@ struct ModuleEntry {
   std::atomic<bool> Warned{false};
 };
 
-/// One PTB launch from its first launch to its last resumption.
 /// A word of pinned host memory that the GPU reads (Config::ArmedFlag).
 struct ArmWord {
   uint32_t *Host = nullptr;
   CUdeviceptr Dev = 0;
 };
 
+/// One PTB launch from its first launch to its last resumption.
 struct PtbLaunch {
   KernelEntry *K = nullptr;
   struct ContextState *C = nullptr;
@@ -144,6 +144,10 @@ struct PtbLaunch {
   bool ArmQueued = false;   ///< the wait for ArmSeq is queued, not yet released
   bool ArmWrite = false;    ///< ... with the flag's write behind it
   bool ArmRecorded = false; ///< ... and Flag recorded behind the write
+  /// The GPU may still use its control block or word when its events say
+  /// it is done (an event or a write could not be queued): it is not
+  /// watched any more, and neither is ever reused.
+  bool Lost = false;
   /// Preempted when HP processes are active (the scheduler), rather than
   /// at random points (--preempt).
   bool Scheduled = false;

@@ -1407,10 +1407,11 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     // Armed only while it runs wide, when HP is quiet: under MPS a wait
     // pending on the signal stream slowed HP's requests by about 20 us at
     // the median beside a narrow launch (2026-11-25), whose flag goes up
-    // only to widen it, which is not urgent. (An ended launch needs none:
-    // its release is queued.)
+    // only to widen it, which is not urgent. Not when HP is busy already
+    // (the flag goes up at once). (An ended launch needs none: its release
+    // is queued.)
     if (!(L.Narrow && L.Workers <= L.Narrow && !Co.HpOffMps.load(std::memory_order_relaxed)) &&
-        D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
+        !observeBusy(nullptr) && D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
       armFlag(L);
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))
@@ -1498,7 +1499,7 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
           L.Workers = L.Wide; // (an HP process that is no MPS client came)
       }
     }
-    if (!resumeOrRelease(L, Done, /*Resumption=*/!Widening))
+    if (!resumeOrRelease(L, Done, /*Resumption=*/!Widening) || L.Lost)
       return;
   }
 }

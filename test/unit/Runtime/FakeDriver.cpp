@@ -95,6 +95,9 @@ struct BlockedStream {
   CUdeviceptr Addr = 0;
   uint32_t V = 0;
   std::vector<std::function<void()>> Ops;
+  /// The word arrived (the wait passed, whatever it holds later); its
+  /// later operations may still be held (fake_hold_released).
+  bool Released = false;
 };
 /// A write to host memory queued behind an open PTB launch on its stream:
 /// it lands when the launch ends.
@@ -264,8 +267,12 @@ void runOps(CUstream St, std::vector<std::function<void()>> &Ops) {
   }
 }
 
+static std::atomic<int> HoldReleased{0};
+
 /// What the GPU does on its own: host writes behind ended launches land,
-/// streams whose host word arrived go on.
+/// streams whose host word arrived go on (unless fake_hold_released: the
+/// wait has passed, but the work behind it waits, as a busy GPU's front
+/// end may make it, even if the word changes meanwhile).
 void pump() {
   for (bool Progress = true; Progress;) {
     Progress = false;
@@ -279,7 +286,9 @@ void pump() {
       break;
     }
     for (auto It = S().Blocked.begin(); !Progress && It != S().Blocked.end(); ++It) {
-      if (*reinterpret_cast<uint32_t *>(It->second.Addr) < It->second.V)
+      if (*reinterpret_cast<uint32_t *>(It->second.Addr) >= It->second.V)
+        It->second.Released = true;
+      if (!It->second.Released || HoldReleased.load())
         continue;
       CUstream St = It->first;
       auto Ops = std::move(It->second.Ops);
@@ -427,6 +436,20 @@ FAKE size_t fake_log_count(const char *Prefix, const char *Sub) {
   for (const std::string &L : S().Log)
     N += L.rfind(Prefix, 0) == 0 && L.find(Sub) != std::string::npos;
   return N;
+}
+/// 1: streams whose wait for host memory passed keep the work behind it
+/// (a late flag that has not landed yet); 0: it runs at the next call.
+FAKE void fake_hold_released(int On) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  HoldReleased = On;
+  if (!On)
+    pump();
+}
+/// Streams held by a wait on host memory (none at the end of a test: a
+/// wait nothing would ever release hangs a device sync).
+FAKE size_t fake_blocked_streams() {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  return S().Blocked.size();
 }
 /// Runs every pending PTB launch to its end (what a device sync does).
 FAKE void fake_sync() {
@@ -681,7 +704,8 @@ FAKE CUresult cuStreamWaitValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in waitvalue");
   log("waitvalue stream=" + streamName(St) + " value=" + std::to_string(V) +
-      " flags=" + std::to_string(F) + " addr=" + std::to_string(Addr));
+      " flags=" + std::to_string(F) + " addr=" + std::to_string(Addr) +
+      (isHostMem(Addr) ? " host" : ""));
   pump();
   if (S().Blocked.count(St))
     S().Blocked[St].Ops.push_back([=] { waitValue32Now(St, Addr, V); });

@@ -58,6 +58,8 @@ void fake_sync_delay_us(unsigned Us);
 void fake_queries_not_ready(int N);
 void fake_sync();
 unsigned fake_open_ptb_launches();
+void fake_hold_released(int On);
+size_t fake_blocked_streams();
 void fake_release_destroys();
 void fake_destroy_context();
 void fake_new_context();
@@ -1122,17 +1124,17 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
 // write land with no driver call, the launch stops, and its resumption is
 // armed again for its own number. Each (re)launch releases its wait from
 // the GPU when it ends, so the resumption's write lands late, on a launch
-// already done ("lateflag"), and nothing waits for ever (the fake aborts
-// a synchronisation of a stream that would).
+// already done ("lateflag"), and no stream is left waiting on host memory
+// at the end (the fake also aborts a synchronisation of one that is).
 TEST(ScheduleArmed, TheFlagIsQueuedAheadAndRaisedByHpArriving) {
   const bool Armed = env("TEST_ARMED") != "0";
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module M("be_armed");
   fake_set_blocks_before_flag(1);
-  auto Raised = [] { return fake_log_count("writevalue", " value=1"); };
+  auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
   auto ArmWaits = [](const char *Seq) {
-    return fake_log_count("waitvalue", (std::string(" value=") + Seq + " flags=0").c_str());
+    return fake_log_count("waitvalue ", (std::string(" value=") + Seq + " flags=0").c_str());
   };
   const size_t Raised0 = Raised(), Waits0 = ArmWaits("1");
   std::vector<int> Out(64);
@@ -1155,8 +1157,9 @@ TEST(ScheduleArmed, TheFlagIsQueuedAheadAndRaisedByHpArriving) {
   ASSERT_TRUE(Up) << "HP arrived but the BE launch was not stopped";
   Hp->hpFinished(Seq);
   beAlive(*Hp, 300); // idle: resumed, and watched again
-  if (Armed)
+  if (Armed) {
     EXPECT_GE(ArmWaits("2"), 1u) << "the resumption was not armed again";
+  }
   fake_hold_ptb(0);
   fake_sync();
   expectEachBlockOnce(Out);
@@ -1168,6 +1171,72 @@ TEST(ScheduleArmed, TheFlagIsQueuedAheadAndRaisedByHpArriving) {
     EXPECT_EQ(fake_log_count("armwrite", ""), 0u);
     EXPECT_EQ(fake_log_count("lateflag", ""), 0u);
   }
+  EXPECT_EQ(fake_blocked_streams(), 0u) << "a wait on host memory nothing released";
+}
+
+// A late flag (the armed write released when its launch ended on its own)
+// that has not landed yet when the program launches again: the next
+// launch must not get its control block (it would be stopped with nobody
+// to resume it, and its stream would wait for ever); and a word used
+// before starts again from 0 (else a later launch's wait would pass at
+// once and its flag go up with no HP about). TEST_ARMED=1 only.
+TEST(ScheduleArmed, ALateFlagNeverStopsALaterLaunch) {
+  if (env("TEST_ARMED") == "0")
+    GTEST_SKIP() << "the armed flag is off";
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_late");
+  fake_set_blocks_before_flag(1);
+  auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
+  auto HostWaits = [] { return fake_log_count("waitvalue ", " host"); };
+  auto Armed = [&](size_t Before) {
+    bool Up = false;
+    for (int I = 0; I < 500 && !Up; ++I) {
+      usleep(1000);
+      Up = HostWaits() > Before;
+    }
+    return Up;
+  };
+  fake_hold_released(1); // released signal-stream work waits until let go
+  // A: armed, then ends on its own; its late flag is held back.
+  std::vector<int> A(64), B(64), C(64);
+  size_t W = HostWaits();
+  fake_hold_ptb(1); // until armed
+  ASSERT_EQ(launchDirect(M.K, A, 64), CUDA_SUCCESS);
+  ASSERT_TRUE(Armed(W)) << "A was not armed";
+  fake_hold_ptb(0);
+  for (int I = 0; I < 500 && fake_open_ptb_launches(); ++I)
+    usleep(1000);
+  ASSERT_EQ(fake_open_ptb_launches(), 0u) << "A did not end on its own";
+  // B: runs until its flag goes up; A's late flag lands while B runs.
+  fake_hold_ptb(1);
+  W = HostWaits();
+  size_t Up = Raised();
+  ASSERT_EQ(launchDirect(M.K, B, 64), CUDA_SUCCESS);
+  EXPECT_TRUE(Armed(W)) << "B was not armed";
+  fake_hold_released(0); // A's flag lands now
+  usleep(20000);
+  EXPECT_EQ(Raised(), Up) << "a late flag stopped a later launch";
+  EXPECT_GE(fake_log_count("lateflag", ""), 1u) << "A's flag did not land late";
+  fake_hold_ptb(0);
+  fake_sync();
+  expectEachBlockOnce(A);
+  expectEachBlockOnce(B);
+  // C, after both were reclaimed (their words back in the pool, at 1 and
+  // more): armed for 1 again, and not raised without HP.
+  for (int I = 0; I < 200 && fake_blocked_streams(); ++I)
+    usleep(1000);
+  fake_hold_ptb(1);
+  W = HostWaits();
+  Up = Raised();
+  ASSERT_EQ(launchDirect(M.K, C, 64), CUDA_SUCCESS);
+  EXPECT_TRUE(Armed(W)) << "C was not armed";
+  usleep(20000);
+  EXPECT_EQ(Raised(), Up) << "a reused word let a flag go up with no HP about";
+  fake_hold_ptb(0);
+  fake_sync();
+  expectEachBlockOnce(C);
+  EXPECT_EQ(fake_blocked_streams(), 0u) << "a wait on host memory nothing released";
 }
 
 // Short kernels beside HP (its ctest entries set FAKE_MPS, FAKE_ELAPSED_US,
@@ -1475,18 +1544,23 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
   size_t Wide = Launches("grid=8x1x1");
   std::vector<int> Out(40);
+  const size_t HostWaits = fake_log_count("waitvalue ", " host");
   EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "a PTB launch waited for HP under MPS";
   EXPECT_EQ(Launches("grid=4x1x1"), Narrow + 1) << "not started on half the wave";
   size_t Flags = Raised();
   Seq = Hp->hpLaunch(tally::rt::monotonicNs());
   beAlive(*Hp, 100);
   EXPECT_EQ(Raised(), Flags) << "a narrow launch was stopped while HP worked";
+  EXPECT_EQ(fake_log_count("waitvalue ", " host"), HostWaits)
+      << "a narrow launch's flag was armed (a wait pending beside HP)";
   // HP done: after the widen window, every worker back.
   Hp->hpFinished(Seq);
   beAlive(*Hp, 10);
   EXPECT_EQ(Launches("grid=8x1x1"), Wide) << "widened before HP was quiet for the window";
   EXPECT_TRUE(aliveUntil(*Hp, [&] { return Launches("grid=8x1x1") > Wide; }))
       << "not widened once HP was quiet";
+  EXPECT_TRUE(aliveUntil(*Hp, [&] { return fake_log_count("waitvalue ", " host") > HostWaits; }))
+      << "the widened launch's flag was not armed";
   fake_hold_ptb(0);
   fake_sync();
   expectEachBlockOnce(Out);
