@@ -237,15 +237,28 @@ ArmWord Runtime::Impl::acquireArm(ContextState &C) {
   return W;
 }
 
+void Runtime::Impl::queueArmRelease(PtbLaunch &L, CUstream S) {
+  L.ArmQueued = false; // (a wait of an earlier (re)launch was released when its flag went up)
+  L.ArmSeq = 0;
+  if (!L.Arm.Host || L.ArmOff || runsNarrow(L))
+    return;
+  const uint32_t N = L.ArmCount + 1;
+  if (D.cuStreamWriteValue32(S, L.Arm.Dev, N, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS) {
+    L.ArmOff = true; // raised by driver calls from now on
+    return;
+  }
+  L.ArmCount = L.ArmSeq = N;
+}
+
 void Runtime::Impl::armFlag(PtbLaunch &L) {
   ContextState &C = *L.C;
-  if (!L.ArmSeq || L.ArmQueued)
+  if (!L.ArmSeq || L.ArmQueued || L.ArmOff)
     return;
   // Ordered after the (re)launch's clear of the block, as a raised flag is.
   if (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||
       D.cuStreamWaitValue32(C.Signal, L.Arm.Dev, L.ArmSeq, CU_STREAM_WAIT_VALUE_GEQ) !=
           CUDA_SUCCESS) {
-    L.ArmSeq = 0; // nothing waits: raised by driver calls from now on
+    L.ArmOff = true; // nothing waits: raised by driver calls from now on
     return;
   }
   L.ArmQueued = true;
@@ -407,10 +420,9 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   // From here on the variant runs: errors below may only make it
   // unpreemptible, never run the original too.
   // The armed flag's release when the kernel ends, before End: a wait the
-  // runtime thread queues for it never outlives the kernel.
-  if (L->Arm.Host && D.cuStreamWriteValue32(S, L->Arm.Dev, 1, CU_STREAM_WRITE_VALUE_DEFAULT) ==
-                         CUDA_SUCCESS)
-    L->ArmSeq = 1;
+  // runtime thread queues for it never outlives the kernel. (Not for a
+  // launch started narrow: one write less on the program's stream.)
+  queueArmRelease(*L, S);
   bool EndRecorded = D.cuEventRecord(L->End, S) == CUDA_SUCCESS;
   bool Waits = Preemptible && EndRecorded &&
                D.cuStreamWaitValue32(S, L->Ctrl + 8, L->Blocks, CU_STREAM_WAIT_VALUE_GEQ) ==
@@ -532,17 +544,9 @@ bool Runtime::Impl::resume(PtbLaunch &L, bool Resumption) {
     return false;
   }
   // Relaunched: from here never again (two relaunches in flight would
-  // share the block, and their releases the word).
-  if (L.ArmSeq) {
-    // The relaunch's own release (Scheduler.cpp arms it again); failing
-    // that, its flag goes up by driver calls.
-    L.ArmQueued = false; // (the last wait was released when the flag went up)
-    if (D.cuStreamWriteValue32(C.Resume, L.Arm.Dev, L.ArmSeq + 1, CU_STREAM_WRITE_VALUE_DEFAULT) ==
-        CUDA_SUCCESS)
-      ++L.ArmSeq;
-    else
-      L.ArmSeq = 0;
-  }
+  // share the block, and their releases the word). Its own release, with
+  // a new number, when it runs wide (Scheduler.cpp arms it again).
+  queueArmRelease(L, C.Resume);
   if (D.cuEventRecord(L.End, C.Resume) != CUDA_SUCCESS) {
     // Its end cannot be seen: it runs every block left on its own (its
     // stream's gate passes then); not watched, its block never reused.

@@ -137,10 +137,13 @@ struct PtbLaunch {
   /// waits for Arm >= ArmSeq, the number of the latest (re)launch, which
   /// the host stores to raise the flag and the GPU writes after that
   /// (re)launch of the kernel ends (so the wait never outlives the kernel
-  /// and the write lands on a finished launch). ArmSeq 0: the flag goes up
-  /// by driver calls when raised.
+  /// and the write lands on a finished launch). Only (re)launches that
+  /// run wide get a number (ArmCount: the numbers given so far, so they
+  /// only grow); ArmSeq 0: this one has none, its flag goes up by driver
+  /// calls. ArmOff: a call failed, no more numbers.
   ArmWord Arm;
-  uint32_t ArmSeq = 0;
+  uint32_t ArmSeq = 0, ArmCount = 0;
+  bool ArmOff = false;
   bool ArmQueued = false;   ///< the wait for ArmSeq is queued, not yet released
   bool ArmWrite = false;    ///< ... with the flag's write behind it
   bool ArmRecorded = false; ///< ... and Flag recorded behind the write
@@ -567,6 +570,14 @@ struct Runtime::Impl {
                         PreemptTimes &T, uint32_t &Done, bool FlagRecorded = false);
   /// Config::ArmedFlag: a word for a launch (none: Host null).
   ArmWord acquireArm(ContextState &C);
+  /// Runs narrow beside HP under MPS (every HP process an MPS client, as
+  /// of the last look): its flag goes up only to widen it, and is not armed.
+  bool runsNarrow(const PtbLaunch &L) const {
+    return L.Narrow && L.Workers <= L.Narrow && !Co.HpOffMps.load(std::memory_order_relaxed);
+  }
+  /// After a (re)launch of \p L on \p S: the GPU's release of its armed
+  /// flag, with the next number, when it runs wide (else ArmSeq 0).
+  void queueArmRelease(PtbLaunch &L, CUstream S);
   /// Queues \p L's flag write behind the wait for its ArmSeq on the signal
   /// stream, where it is not yet (the runtime thread, context current).
   void armFlag(PtbLaunch &L);

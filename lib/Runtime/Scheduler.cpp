@@ -1410,8 +1410,8 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     // only to widen it, which is not urgent. Not when HP is busy already
     // (the flag goes up at once). (An ended launch needs none: its release
     // is queued.)
-    if (!(L.Narrow && L.Workers <= L.Narrow && !Co.HpOffMps.load(std::memory_order_relaxed)) &&
-        !observeBusy(nullptr) && D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
+    if (L.ArmSeq && !runsNarrow(L) && !observeBusy(nullptr) &&
+        D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
       armFlag(L);
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))

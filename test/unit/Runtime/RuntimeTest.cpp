@@ -1545,6 +1545,7 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   size_t Wide = Launches("grid=8x1x1");
   std::vector<int> Out(40);
   const size_t HostWaits = fake_log_count("waitvalue ", " host");
+  const size_t Releases = fake_log_count("armwrite", "");
   EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "a PTB launch waited for HP under MPS";
   EXPECT_EQ(Launches("grid=4x1x1"), Narrow + 1) << "not started on half the wave";
   size_t Flags = Raised();
@@ -1564,6 +1565,8 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   fake_hold_ptb(0);
   fake_sync();
   expectEachBlockOnce(Out);
+  EXPECT_EQ(fake_log_count("armwrite", "") - Releases, 1u)
+      << "the armed flag's release: one for the widened relaunch, none for the narrow launch";
   // HP quiet: wide from the start; stopped for HP and resumed narrow at once.
   beAlive(*Hp, 250); // past the widen window
   fake_hold_ptb(1);
