@@ -264,9 +264,12 @@ void Runtime::Impl::armFlag(PtbLaunch &L) {
   L.ArmQueued = true;
   L.ArmWrite = D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) ==
                CUDA_SUCCESS;
-  L.ArmRecorded = L.ArmWrite && D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
-  if (L.ArmWrite && !L.ArmRecorded)
-    L.Lost = true; // a late flag nobody can see landing: the block is never reused
+  // Recorded behind the wait even when the write failed: the block and the
+  // word are reused only once the signal stream is past both.
+  const bool Recorded = D.cuEventRecord(L.Flag, C.Signal) == CUDA_SUCCESS;
+  L.ArmRecorded = L.ArmWrite && Recorded;
+  if (!Recorded)
+    L.Lost = true; // a wait or a late flag nobody can see pass: never reused
 }
 
 CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
@@ -615,8 +618,13 @@ void Runtime::Impl::handle(PtbLaunch &L) {
                                           CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS))
       break; // not raised: the launch completes on its own
     if (D.cuStreamWriteValue32(C.Signal, L.Ctrl + 4, 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
-        CUDA_SUCCESS)
+        CUDA_SUCCESS) {
+      // A wait on the block may be queued with nothing behind it: the
+      // block is reused only once the signal stream is past it.
+      if (AtBlock && D.cuEventRecord(L.Flag, C.Signal) != CUDA_SUCCESS)
+        L.Lost = true;
       break;
+    }
     logf(LogLevel::Debug, "kernel %s: flag raised %s %u", L.K->Name.c_str(),
          AtBlock ? "at block" : "after us", AtBlock ? Point : Delay);
     PreemptTimes Times;

@@ -713,9 +713,20 @@ FAKE CUresult cuStreamWaitValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V
     waitValue32Now(St, Addr, V);
   return CUDA_SUCCESS;
 }
+static std::atomic<int> FailFlagWrites{0};
+/// The next N writes of a raised flag (1 to a PTB launch's control block)
+/// fail, as a driver call may.
+FAKE void fake_fail_flag_writes(int N) { FailFlagWrites = N; }
 FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in writevalue");
+  if (V == 1 && FailFlagWrites.load() > 0)
+    for (PendingPtb &P : S().Pending)
+      if (rd64(P.Params, P.K->CtrlAt) + 4 == Addr) {
+        --FailFlagWrites;
+        log("writevalue FAILED stream=" + streamName(St));
+        return CUDA_ERROR_UNKNOWN;
+      }
   pump();
   if (S().Blocked.count(St)) {
     S().Blocked[St].Ops.push_back([=] { writeValue32Now(St, Addr, V, true); });

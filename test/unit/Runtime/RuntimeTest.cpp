@@ -59,6 +59,7 @@ void fake_queries_not_ready(int N);
 void fake_sync();
 unsigned fake_open_ptb_launches();
 void fake_hold_released(int On);
+void fake_fail_flag_writes(int N);
 size_t fake_blocked_streams();
 void fake_release_destroys();
 void fake_destroy_context();
@@ -1174,6 +1175,49 @@ TEST(ScheduleArmed, TheFlagIsQueuedAheadAndRaisedByHpArriving) {
   EXPECT_EQ(fake_blocked_streams(), 0u) << "a wait on host memory nothing released";
 }
 
+// The armed flag's write failing as it is queued (a driver call's error):
+// the wait is queued with nothing behind it; HP's arrival releases it and
+// the flag goes up by driver calls instead; the launch stops, resumes and
+// runs every block once, and nothing is left waiting. TEST_ARMED=1 only.
+TEST(ScheduleArmed, AFailedArmedWriteFallsBackToDriverCalls) {
+  if (env("TEST_ARMED") == "0")
+    GTEST_SKIP() << "the armed flag is off";
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_armfail");
+  fake_set_blocks_before_flag(1);
+  auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
+  const size_t Failed0 = fake_log_count("writevalue FAILED", ""), Raised0 = Raised();
+  std::vector<int> Out(64);
+  fake_hold_ptb(1);
+  fake_fail_flag_writes(1); // the armed write
+  ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS);
+  for (int I = 0; I < 500 && fake_log_count("writevalue FAILED", "") == Failed0; ++I)
+    usleep(1000);
+  ASSERT_EQ(fake_log_count("writevalue FAILED", ""), Failed0 + 1) << "the armed write was not made";
+  EXPECT_EQ(fake_blocked_streams(), 1u) << "the armed wait is not queued";
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  bool Up = false;
+  for (int I = 0; I < 200 && !Up; ++I) {
+    beAlive(*Hp, 10);
+    Up = Raised() > Raised0;
+  }
+  EXPECT_TRUE(Up) << "HP arrived but the flag did not go up by driver calls";
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 300);
+  fake_hold_ptb(0);
+  fake_sync();
+  expectEachBlockOnce(Out);
+  for (int I = 0; I < 200 && fake_blocked_streams(); ++I)
+    usleep(1000);
+  EXPECT_EQ(fake_blocked_streams(), 0u) << "a wait on host memory nothing released";
+  // The context goes on: another launch runs whole.
+  std::vector<int> Next(64);
+  ASSERT_EQ(launchDirect(M.K, Next, 64), CUDA_SUCCESS);
+  fake_sync();
+  expectEachBlockOnce(Next);
+}
+
 // A late flag (the armed write released when its launch ended on its own)
 // that has not landed yet when the program launches again: the next
 // launch must not get its control block (it would be stopped with nobody
@@ -1198,6 +1242,9 @@ TEST(ScheduleArmed, ALateFlagNeverStopsALaterLaunch) {
     return Up;
   };
   fake_hold_released(1); // released signal-stream work waits until let go
+  struct LetGo {
+    ~LetGo() { fake_hold_released(0); } // also when an assertion ends the test
+  } LetGoAtEnd;
   // A: armed, then ends on its own; its late flag is held back.
   std::vector<int> A(64), B(64), C(64);
   size_t W = HostWaits();
