@@ -1421,8 +1421,7 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
         return; // ended with every block done (or the context is gone)
       // Narrow beside HP only while every HP process is an MPS client (as
       // of the last look; one that is not makes a narrow launch leave).
-      const bool Narrowed =
-          L.Narrow && L.Workers <= L.Narrow && !Co.HpOffMps.load(std::memory_order_relaxed);
+      const bool Narrowed = runsNarrow(L);
       bool Widen = false;
       bool Busy = observeBusy(nullptr, Narrowed ? &Widen : nullptr);
       Widening = Narrowed && Widen && L.Workers < L.Wide;

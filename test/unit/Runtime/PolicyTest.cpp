@@ -859,30 +859,24 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   EXPECT_NE(E.find("TALLY_BESIDE_PTB_PERCENT"), std::string::npos) << E;
   C = configOf({{"TALLY_WIDEN_US", "soon"}}, E);
   EXPECT_FALSE(C.Enabled);
-  // Measuring in Free mode: on unless turned off.
-  EXPECT_TRUE(configOf({}, E).FreeMeasure);
-  C = configOf({{"TALLY_FREE_MEASURE", "0"}}, E);
-  EXPECT_TRUE(C.Enabled) << E;
-  EXPECT_FALSE(C.FreeMeasure);
-  C = configOf({{"TALLY_FREE_MEASURE", "sometimes"}}, E);
-  EXPECT_FALSE(C.Enabled);
-  EXPECT_NE(E.find("TALLY_FREE_MEASURE"), std::string::npos) << E;
-  // Provisional launches of shapes being measured: on unless turned off.
-  EXPECT_TRUE(configOf({}, E).Provisional);
-  C = configOf({{"TALLY_PROVISIONAL", "0"}}, E);
-  EXPECT_TRUE(C.Enabled) << E;
-  EXPECT_FALSE(C.Provisional);
-  C = configOf({{"TALLY_PROVISIONAL", "maybe"}}, E);
-  EXPECT_FALSE(C.Enabled);
-  EXPECT_NE(E.find("TALLY_PROVISIONAL"), std::string::npos) << E;
-  // The armed preemption flag: on unless turned off.
-  EXPECT_TRUE(configOf({}, E).ArmedFlag);
-  C = configOf({{"TALLY_ARMED_FLAG", "0"}}, E);
-  EXPECT_TRUE(C.Enabled) << E;
-  EXPECT_FALSE(C.ArmedFlag);
-  C = configOf({{"TALLY_ARMED_FLAG", "yes please"}}, E);
-  EXPECT_FALSE(C.Enabled);
-  EXPECT_NE(E.find("TALLY_ARMED_FLAG"), std::string::npos) << E;
+  // On unless turned off: measuring in Free mode, provisional launches of
+  // shapes being measured, the armed preemption flag.
+  const struct {
+    const char *Var, *Bad;
+    bool Config::*Field;
+  } OnByDefault[] = {{"TALLY_FREE_MEASURE", "sometimes", &Config::FreeMeasure},
+                     {"TALLY_PROVISIONAL", "maybe", &Config::Provisional},
+                     {"TALLY_ARMED_FLAG", "yes please", &Config::ArmedFlag}};
+  for (const auto &F : OnByDefault) {
+    SCOPED_TRACE(F.Var);
+    EXPECT_TRUE(configOf({}, E).*F.Field);
+    C = configOf({{F.Var, "0"}}, E);
+    EXPECT_TRUE(C.Enabled) << E;
+    EXPECT_FALSE(C.*F.Field);
+    C = configOf({{F.Var, F.Bad}}, E);
+    EXPECT_FALSE(C.Enabled);
+    EXPECT_NE(E.find(F.Var), std::string::npos) << E;
+  }
 }
 
 // The JSON statistics of a process that is not the one `tally run` started

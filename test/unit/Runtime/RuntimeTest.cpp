@@ -1118,6 +1118,20 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
   EXPECT_EQ(fake_log_count("copy TIMED OUT", ""), 0u);
 }
 
+/// Cond() holds within about 2 s of HP's heartbeats (HP alive meanwhile).
+template <typename F> bool aliveUntil(tally::rt::Segment &Hp, F Cond) {
+  for (int I = 0; I < 200 && !Cond(); ++I)
+    beAlive(Hp, 10);
+  return Cond();
+}
+
+/// Cond() holds within about \p Ms milliseconds.
+template <typename F> bool within(int Ms, F Cond) {
+  for (int I = 0; I < Ms && !Cond(); ++I)
+    usleep(1000);
+  return Cond();
+}
+
 // The armed flag (Config::ArmedFlag; TEST_ARMED=0 with TALLY_ARMED_FLAG=0):
 // a watched PTB launch has its flag write queued on the signal stream
 // ahead of time, behind a wait for a word of host memory (the fake holds
@@ -1141,21 +1155,13 @@ TEST(ScheduleArmed, TheFlagIsQueuedAheadAndRaisedByHpArriving) {
   std::vector<int> Out(64);
   fake_hold_ptb(1); // launches run until their flag goes up
   ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS); // no HP yet: PTB, watched
-  bool Queued = false;
-  for (int I = 0; I < 200 && !Queued; ++I) {
-    usleep(1000);
-    Queued = ArmWaits("1") > Waits0;
-  }
+  const bool Queued = within(200, [&] { return ArmWaits("1") > Waits0; });
   EXPECT_EQ(Queued, Armed) << "the flag's wait on the host word (armed: queued ahead)";
   usleep(20000);
   EXPECT_EQ(Raised(), Raised0) << "a flag landed before HP arrived";
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
-  bool Up = false;
-  for (int I = 0; I < 200 && !Up; ++I) {
-    beAlive(*Hp, 10);
-    Up = Raised() > Raised0;
-  }
-  ASSERT_TRUE(Up) << "HP arrived but the BE launch was not stopped";
+  ASSERT_TRUE(aliveUntil(*Hp, [&] { return Raised() > Raised0; }))
+      << "HP arrived but the BE launch was not stopped";
   Hp->hpFinished(Seq);
   beAlive(*Hp, 300); // idle: resumed, and watched again
   if (Armed) {
@@ -1192,24 +1198,18 @@ TEST(ScheduleArmed, AFailedArmedWriteFallsBackToDriverCalls) {
   fake_hold_ptb(1);
   fake_fail_flag_writes(1); // the armed write
   ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS);
-  for (int I = 0; I < 500 && fake_log_count("writevalue FAILED", "") == Failed0; ++I)
-    usleep(1000);
+  within(500, [&] { return fake_log_count("writevalue FAILED", "") > Failed0; });
   ASSERT_EQ(fake_log_count("writevalue FAILED", ""), Failed0 + 1) << "the armed write was not made";
   EXPECT_EQ(fake_blocked_streams(), 1u) << "the armed wait is not queued";
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
-  bool Up = false;
-  for (int I = 0; I < 200 && !Up; ++I) {
-    beAlive(*Hp, 10);
-    Up = Raised() > Raised0;
-  }
-  EXPECT_TRUE(Up) << "HP arrived but the flag did not go up by driver calls";
+  EXPECT_TRUE(aliveUntil(*Hp, [&] { return Raised() > Raised0; }))
+      << "HP arrived but the flag did not go up by driver calls";
   Hp->hpFinished(Seq);
   beAlive(*Hp, 300);
   fake_hold_ptb(0);
   fake_sync();
   expectEachBlockOnce(Out);
-  for (int I = 0; I < 200 && fake_blocked_streams(); ++I)
-    usleep(1000);
+  within(200, [] { return !fake_blocked_streams(); });
   EXPECT_EQ(fake_blocked_streams(), 0u) << "a wait on host memory nothing released";
   // The context goes on: another launch runs whole.
   std::vector<int> Next(64);
@@ -1233,14 +1233,7 @@ TEST(ScheduleArmed, ALateFlagNeverStopsALaterLaunch) {
   fake_set_blocks_before_flag(1);
   auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
   auto HostWaits = [] { return fake_log_count("waitvalue ", " host"); };
-  auto Armed = [&](size_t Before) {
-    bool Up = false;
-    for (int I = 0; I < 500 && !Up; ++I) {
-      usleep(1000);
-      Up = HostWaits() > Before;
-    }
-    return Up;
-  };
+  auto Armed = [&](size_t Before) { return within(500, [&] { return HostWaits() > Before; }); };
   fake_hold_released(1); // released signal-stream work waits until let go
   struct LetGo {
     ~LetGo() { fake_hold_released(0); } // also when an assertion ends the test
@@ -1252,8 +1245,7 @@ TEST(ScheduleArmed, ALateFlagNeverStopsALaterLaunch) {
   ASSERT_EQ(launchDirect(M.K, A, 64), CUDA_SUCCESS);
   ASSERT_TRUE(Armed(W)) << "A was not armed";
   fake_hold_ptb(0);
-  for (int I = 0; I < 500 && fake_open_ptb_launches(); ++I)
-    usleep(1000);
+  within(500, [] { return !fake_open_ptb_launches(); });
   ASSERT_EQ(fake_open_ptb_launches(), 0u) << "A did not end on its own";
   // B: runs until its flag goes up; A's late flag lands while B runs.
   fake_hold_ptb(1);
@@ -1271,8 +1263,7 @@ TEST(ScheduleArmed, ALateFlagNeverStopsALaterLaunch) {
   expectEachBlockOnce(B);
   // C, after both were reclaimed (their words back in the pool, at 1 and
   // more): armed for 1 again, and not raised without HP.
-  for (int I = 0; I < 200 && fake_blocked_streams(); ++I)
-    usleep(1000);
+  within(200, [] { return !fake_blocked_streams(); });
   fake_hold_ptb(1);
   W = HostWaits();
   Up = Raised();
@@ -1468,12 +1459,6 @@ TEST(ScheduleBe, SmallGridsRunBesideHpWhateverTheirTime) {
 }
 
 /// Keeps \p Hp alive until \p Cond holds (2 s at most); returns Cond().
-template <typename F> bool aliveUntil(tally::rt::Segment &Hp, F Cond) {
-  for (int I = 0; I < 200 && !Cond(); ++I)
-    beAlive(Hp, 10);
-  return Cond();
-}
-
 // PTB launches beside HP under MPS (its ctest entries: FAKE_MPS,
 // FAKE_ELAPSED_US=100 so that the chosen form is PTB on a full wave of 8
 // workers (4 SMs of 2), TALLY_WIDEN_US=200000, TALLY_BESIDE_PTB_PERCENT, and
