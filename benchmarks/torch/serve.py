@@ -38,12 +38,26 @@ after the warmup it waits until F exists (the script creates F LEAD s after
 BE's first progress line), then its measurement window (the `# window`
 line) starts. Without --start-file the window starts right after the warmup.
 
+With --serve-dir D it serves many windows, one at a time, on request
+(scripts/gpu-colocate-suite.py keeps one service process through the runs
+of one sharing system): after the warmup it writes D/ready and then waits
+for D/1.req, D/2.req, ... (each written whole, by a rename), one line:
+  poisson RATE SECONDS CSV      a window of Poisson arrivals (its CSV)
+  capacity SECONDS CSV          a closed-loop window
+  quit                          exit 0
+Before each window --rewarm requests (default 10) are served unmeasured.
+When the window is done it writes D/N.done (by a rename): the summary
+lines, then `rc N` (0, or 1 when no request was measured). It exits 1 when
+no request file appears within --start-timeout seconds of the last.
+
 Run:
   python3 benchmarks/torch/serve.py --model resnet50 --mode capacity --seconds 5
   python3 benchmarks/torch/serve.py --model bert --rate 150 --seconds 15 \\
       --csv bert.hp.csv
   python3 benchmarks/torch/serve.py --rate 100 --start-file /tmp/go &
   touch /tmp/go      # later: the window starts
+  python3 benchmarks/torch/serve.py --serve-dir /tmp/hp &   # then:
+  echo "poisson 100 5 /tmp/w1.csv" >/tmp/hp/t && mv /tmp/hp/t /tmp/hp/1.req
   tally run --priority=high -- python3 benchmarks/torch/serve.py ...
 """
 
@@ -83,7 +97,15 @@ def parse_args(argv=None):
                         "measurement window (gpu-colocate.sh's start signal)")
     p.add_argument("--start-timeout", type=float, default=600.0, metavar="S",
                    help="--start-file: exit 1 when PATH has not appeared after S "
-                        "seconds (default 600)")
+                        "seconds; --serve-dir: when no request came for S seconds "
+                        "(default 600)")
+    p.add_argument("--serve-dir", metavar="DIR",
+                   help="serve windows on request: DIR/N.req in, DIR/N.done out "
+                        "(see the top of serve.py); --rate, --seconds, --csv and "
+                        "--start-file are then taken from each request")
+    p.add_argument("--rewarm", type=int, default=10,
+                   help="--serve-dir: requests served unmeasured before each "
+                        "window (default 10)")
     p.add_argument("--wait", choices=("sleep", "spin"), default="spin",
                    help="poisson: between requests, spin all the way, keeping the "
                         "host CPU awake (the default), or sleep (waking 200 us early "
@@ -102,6 +124,11 @@ def parse_args(argv=None):
                 "--rate not negative")
     if a.start_timeout <= 0:
         p.error("--start-timeout must be positive")
+    if a.serve_dir and (a.start_file or a.csv or a.rate):
+        p.error("--serve-dir takes the rate, the window and the CSV from its requests: "
+                "leave out --start-file, --csv and --rate")
+    if a.rewarm < 0:
+        p.error("--rewarm must not be negative")
     return a
 
 
@@ -112,6 +139,77 @@ def wait_for_file(path, timeout):
         if time.monotonic() > deadline:
             sys.exit(f"serve: error: --start-file {path} did not appear in {timeout:g} s")
         time.sleep(0.001)
+
+
+def parse_request(line):
+    """One --serve-dir request: ("poisson", rate, seconds, csv),
+    ("capacity", 0, seconds, csv) or ("quit",); None when malformed."""
+    words = line.split()
+    try:
+        if words == ["quit"]:
+            return ("quit",)
+        if len(words) == 4 and words[0] == "poisson":
+            rate, seconds = float(words[1]), float(words[2])
+            if rate > 0 and seconds > 0:
+                return ("poisson", rate, seconds, words[3])
+        if len(words) == 3 and words[0] == "capacity":
+            seconds = float(words[1])
+            if seconds > 0:
+                return ("capacity", 0.0, seconds, words[2])
+    except ValueError:
+        pass
+    return None
+
+
+def write_whole(path, text):
+    """Writes text to path by a rename: a reader never sees half of it."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def serve_windows(a, w, service, sync, torch):
+    """--serve-dir: windows on request, until `quit` (see the top)."""
+    import contextlib
+    import io
+    os.makedirs(a.serve_dir, exist_ok=True)
+    with torch.inference_mode():
+        for _ in range(a.warmup):
+            service.request()
+            sync()
+    write_whole(os.path.join(a.serve_dir, "ready"), "ready\n")
+    w.say(f"hp: warmed up; serving windows from {a.serve_dir}")
+    n = 0
+    while True:
+        n += 1
+        req = os.path.join(a.serve_dir, f"{n}.req")
+        wait_for_file(req, a.start_timeout)
+        with open(req) as f:
+            r = parse_request(f.read())
+        if r is None:
+            sys.exit(f"serve: error: {req}: not 'poisson RATE SECONDS CSV', "
+                     "'capacity SECONDS CSV' or 'quit'")
+        if r[0] == "quit":
+            w.say("hp: quit")
+            return 0
+        mode, rate, seconds, csv_path = r
+        settings = w.hp_settings(service, rate, a.seed, seconds, a.rewarm, a.drain,
+                                 "default", service.device)
+        if mode == "poisson":
+            settings += f" between-requests {a.wait}"
+        own = []
+        with torch.inference_mode():
+            lat, unserved, start, end = w.run_hp(service.request, sync, rate, seconds,
+                                                 a.rewarm, a.drain, a.seed,
+                                                 spin="all" if a.wait == "spin" else True,
+                                                 service=own)
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            rc = w.report_hp(lat, unserved, start, end, rate, a.drain, settings, csv_path)
+        sys.stdout.write(text.getvalue())
+        sys.stdout.flush()
+        write_whole(os.path.join(a.serve_dir, f"{n}.done"), text.getvalue() + f"rc {rc}\n")
 
 
 def main(argv=None):
@@ -126,6 +224,8 @@ def main(argv=None):
     device = w.resolve_device(a.device, "serve")
     service = w.Service(a.model, a.batch, w.DTYPES[a.dtype], device, a.seed)
     sync = w.make_sync(device)
+    if a.serve_dir:
+        return serve_windows(a, w, service, sync, torch)
     settings = w.hp_settings(service, a.rate, a.seed, a.seconds, a.warmup, a.drain,
                              "default", device)
     if a.mode == "poisson":

@@ -24,6 +24,12 @@ reads it as be-spin, kind spin; the rate is in steps/s):
                                               the kernels are deterministic)
 Exit status 1 when the loss is not finite.
 
+With --start-file F it waits, after the warmup steps, until F exists (the
+process started, warmed up and idle beforehand: scripts/gpu-colocate-suite.py
+starts the next BE job while HP is measured alone), printing
+  be: waiting for F
+first; SIGTERM while it waits ends it (exit 0, no steps).
+
 Run:
   python3 benchmarks/torch/train.py --steps 200
   python3 benchmarks/torch/train.py --seconds 5
@@ -34,6 +40,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 
 def parse_args(argv=None):
@@ -57,9 +64,16 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1, help="seed of weights and data")
     p.add_argument("--no-autocast", action="store_true",
                    help="train in fp32 (only to check the code on a CPU)")
+    p.add_argument("--start-file", metavar="PATH",
+                   help="after the warmup steps, wait until PATH exists")
+    p.add_argument("--start-timeout", type=float, default=900.0, metavar="S",
+                   help="--start-file: exit 1 when PATH has not appeared after S "
+                        "seconds (default 900)")
     p.add_argument("--device", default="cuda",
                    help="cuda (default); cpu only to check the code without a GPU")
     a = p.parse_args(argv)
+    if a.start_timeout <= 0:
+        p.error("--start-timeout must be positive")
     if min(a.layers, a.dim, a.heads, a.seq, a.batch, a.vocab) < 1 or a.dim % a.heads:
         p.error("--layers, --dim, --heads, --seq, --batch, --vocab must be positive "
                 "and --dim a multiple of --heads")
@@ -92,8 +106,21 @@ def main(argv=None):
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    def wait_start():
+        """False when SIGTERM came first; exits 1 after --start-timeout."""
+        w.say(f"be: waiting for {a.start_file}")
+        deadline = time.monotonic() + a.start_timeout
+        while not os.path.exists(a.start_file):
+            if stop.is_set():
+                return False
+            if time.monotonic() > deadline:
+                sys.exit(f"train: error: --start-file {a.start_file} did not appear in "
+                         f"{a.start_timeout:g} s")
+            time.sleep(0.005)
+        return True
+
     return w.run_be(trainer, stop, max_steps=a.steps, seconds=a.seconds,
-                    progress=a.progress)
+                    progress=a.progress, before_start=wait_start if a.start_file else None)
 
 
 if __name__ == "__main__":

@@ -471,19 +471,24 @@ class _Done:
         pass
 
 
-def run_be(trainer, stop, max_steps=0, seconds=0.0, progress=0.5, warmup=2, on_start=None):
+def run_be(trainer, stop, max_steps=0, seconds=0.0, progress=0.5, warmup=2, on_start=None,
+           before_start=None):
     """Training steps until `stop` is set, `max_steps` steps or `seconds`
     seconds, at most two steps queued on the current stream (the GPU never
     idles between steps, and the completed count stays current). Prints
     be-spin's progress lines (kernels= counts completed steps) every
     `progress` seconds, the first one (t=0) once the warmup steps are done
-    and `on_start` has been called, then the summary. Returns the exit
-    status (0, or 1 when the loss is not finite)."""
+    and `on_start` has been called, then the summary. `before_start`, where
+    given, is called after the warmup; when it returns False the run ends
+    there (exit 0, no summary). Returns the exit status (0, or 1 when the
+    loss is not finite)."""
     cuda = trainer.device.type == "cuda"
     for i in range(warmup):  # first-use costs (cuBLAS handles, allocator)
         trainer.step(i)
     if cuda:
         torch.cuda.current_stream(trainer.device).synchronize()
+    if before_start and not before_start():
+        return 0
 
     # Three host slots for the losses: two steps queued, one being read.
     slots = [torch.zeros((), dtype=torch.float32, pin_memory=cuda) for _ in range(3)]

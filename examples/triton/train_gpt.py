@@ -22,8 +22,12 @@ kernels are the same (the same Triton and Inductor caches).
 Usage: train_gpt.py [--steps N] [--layers L] [--dim D] [--heads H]
                     [--seq T] [--batch B] [--vocab V] [--seed S] [--eager]
                     [--mm-configs N] [--no-coordinate-descent] [--deterministic]
+                    [--start-file F [--start-after N]]
 Prints "step N loss <hex> <decimal>" per step on stdout; timings on stderr.
-SIGTERM ends the run after the step in progress (exit 0).
+SIGTERM ends the run after the step in progress (exit 0). With --start-file
+it prints "waiting for F" before step N (default 3: compiled and warmed up)
+and waits until F exists (scripts/gpu-colocate-suite.py starts the next BE
+job early and lets it go when its turn comes); SIGTERM ends the wait.
 """
 import argparse
 import math
@@ -54,7 +58,16 @@ def main():
                     help="torch.use_deterministic_algorithms(True), which also puts Inductor "
                          "in its deterministic mode (measured on an H100: without it, plain runs "
                          "under MPS sometimes gave a second sequence of losses)")
+    ap.add_argument("--start-file", metavar="F",
+                    help="before step --start-after, wait until F exists")
+    ap.add_argument("--start-after", type=int, default=3, metavar="N",
+                    help="--start-file: the step to wait before (default 3)")
+    ap.add_argument("--start-timeout", type=float, default=900.0, metavar="S",
+                    help="--start-file: exit 1 when F has not appeared after S s "
+                         "(default 900)")
     a = ap.parse_args()
+    if a.start_after < 0 or a.start_timeout <= 0:
+        ap.error("--start-after must not be negative, --start-timeout positive")
 
     import os
     import torch
@@ -147,6 +160,14 @@ def main():
     t_start = time.perf_counter()
     done = 0
     for step in range(a.steps):
+        if a.start_file and step == a.start_after:
+            print(f"waiting for {a.start_file}", flush=True)
+            deadline = time.monotonic() + a.start_timeout
+            while not os.path.exists(a.start_file) and not stop:
+                if time.monotonic() > deadline:
+                    sys.exit(f"train_gpt.py: error: {a.start_file} did not appear in "
+                             f"{a.start_timeout:g} s")
+                time.sleep(0.005)
         if stop:
             break
         t0 = time.perf_counter()

@@ -451,6 +451,13 @@ add_test(NAME stats-timing-compare
 add_test(NAME colocate-report
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-colocate-report.py
           ${PROJECT_SOURCE_DIR}/scripts/colocate-report.py)
+# scripts/gpu-colocate-suite.py (the whole evaluation in one command) with
+# fake workloads, a fake `tally run` and no GPU: its windows, rows, reports,
+# the loss check failing on a changed loss, MPS asked for without MPS.
+add_test(NAME colocate-suite
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-colocate-suite.py
+          ${PROJECT_SOURCE_DIR})
+set_tests_properties(colocate-suite PROPERTIES TIMEOUT 300)
 
 # `tally ptx-cache show|clear` on a made-up folder: a corrupt entry, a
 # writer's leftover and an input kept after tally-opt's internal error are

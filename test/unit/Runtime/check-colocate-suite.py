@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""check-colocate-suite.py - scripts/gpu-colocate-suite.py's orchestration
+without a GPU: fake workloads (one Python file standing for serve.py,
+train.py, streams.py, train-gpt and train_gpt.py, speaking their protocols
+and printing their lines), a fake `tally run` (runs the program, forwards
+SIGTERM, writes a statistics file), a fake nvidia-smi and a fake torch module
+that says CUDA is there. No MPS control program: the MPS systems are left
+out (and, asked for, fail with a clear check).
+
+Checks: every window of every pair and system became a row of each service's
+report, with HP latencies and BE rates (a BE at a steady rate keeps about
+all of it); the merged report and CSV; the loss checks pass for identical
+losses and fail (exit 1) when the transformed training's loss differs at one
+step; asking for MPS without its control program fails with a check.
+
+Usage: check-colocate-suite.py SRC
+"""
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+FAKE = r'''#!/usr/bin/env python3
+import os, random, signal, sys, time
+role = os.path.basename(sys.argv[0])
+stop = False
+def on_term(*_):
+    global stop
+    stop = True
+signal.signal(signal.SIGTERM, on_term)
+def arg(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+def gate(line):  # --start-file: wait for it (train.py, train_gpt.py)
+    f = arg("--start-file")
+    if f:
+        print(line + f, flush=True)
+        while not os.path.exists(f) and not stop:
+            time.sleep(0.01)
+def hp_window(mode, rate, seconds, csv_path, seed=1):
+    rng = random.Random(seed)
+    start = time.time()
+    n = int(seconds * 200)
+    lat = [1000 + rng.random() * 500 for _ in range(n)]
+    time.sleep(seconds)
+    end = time.time()
+    with open(csv_path, "w") as f:
+        f.write(f"# window {start:.6f} {end:.6f}\n# unserved 0\n")
+        f.writelines(f"{v:.3f}\n" for v in lat)
+    s = sorted(lat)
+    out = [f"hp: window {start:.6f} {end:.6f}",
+           f"hp: requests {n} rate {n / seconds:.1f} p50 {s[n // 2]:.1f} p99 {s[-2]:.1f} "
+           f"p999 {s[-1]:.1f} mean {sum(s) / n:.1f} max {s[-1]:.1f} us"]
+    if mode == "capacity":
+        out.append(f"hp: capacity {n / seconds:.1f} req/s")
+    return "\n".join(out) + "\n"
+if role == "serve.py":
+    d = arg("--serve-dir")
+    open(os.path.join(d, "ready"), "w").write("ready\n")
+    n = 0
+    while True:
+        n += 1
+        req = os.path.join(d, f"{n}.req")
+        while not os.path.exists(req):
+            time.sleep(0.01)
+        words = open(req).read().split()
+        if words == ["quit"]:
+            sys.exit(0)
+        if words[0] == "poisson":
+            text = hp_window("poisson", float(words[1]), float(words[2]), words[3])
+        else:
+            text = hp_window("capacity", 0, float(words[1]), words[2])
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        open(os.path.join(d, f"{n}.done.tmp"), "w").write(text + "rc 0\n")
+        os.replace(os.path.join(d, f"{n}.done.tmp"), os.path.join(d, f"{n}.done"))
+elif role in ("train.py", "streams.py"):
+    hp = []
+    if role == "streams.py":  # HP's window in a thread, after BE's lead
+        import threading
+        def serve():
+            time.sleep(float(arg("--be-lead")))
+            hp.append(hp_window("poisson", 1, float(arg("--duration")), arg("--csv")))
+        th = threading.Thread(target=serve)
+        th.start()
+        t_end = time.time() + 600
+    else:
+        t_end = time.time() + float(arg("--seconds"))
+    print("be: settings fake", flush=True)
+    gate("be: waiting for ")
+    t0, k = time.time(), 0
+    while not stop and time.time() < t_end and not hp:
+        time.sleep(0.05)
+        k += 5
+        print(f"be: t={time.time() - t0:.3f} kernels={k} epoch={time.time():.6f}", flush=True)
+    print(f"be: steps {k} in {time.time() - t0:.1f} s", flush=True)
+    if hp:
+        print(hp[0], end="")
+else:  # train-gpt, train-gpt.tally, train_gpt.py: step lines until SIGTERM
+    triton = role == "train_gpt.py"
+    bad = role.endswith(".tally") and os.environ.get("FAKE_BAD_LOSS")
+    steps = int(arg("--steps"))
+    for i in range(steps):
+        if triton and i == 3:
+            gate("waiting for ")
+        if stop:
+            break
+        bits = f"{0x3f800000 + i:08x}"
+        if bad and i == 20:
+            bits = "deadbeef"
+        print(f"step {i} loss {1.0 / (i + 1):.6f} {'bits ' + bits if not triton else bits + ' x'}",
+              flush=True)
+        time.sleep(0.01)
+'''
+
+TALLY = r'''#!/usr/bin/env python3
+import json, signal, subprocess, sys
+a = sys.argv[1:]
+assert a[0] == "run", a
+i = a.index("--")
+stats = next((x.split("=", 1)[1] for x in a[1:i] if x.startswith("--stats=")), None)
+p = subprocess.Popen(a[i + 1:])
+signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
+rc = p.wait()
+if stats:
+    json.dump({"kernels": [{"launches": {"original": 3}}]}, open(stats, "w"))
+sys.exit(rc)
+'''
+
+
+def write(path, text, mode=0o755):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def fail(msg):
+    print(f"FAIL: {msg}")
+    sys.exit(1)
+
+
+def run_suite(src, tmp, out, extra, env_extra=None):
+    env = dict(os.environ, PATH=f"{tmp}/bin:{os.environ['PATH']}",
+               PYTHONPATH=f"{tmp}/pylib", **(env_extra or {}))
+    env.pop("OUT", None)
+    cmd = [sys.executable, os.path.join(src, "scripts/gpu-colocate-suite.py"),
+           "--python", "python3", "--out", out, "--hp-seconds", "0.4", "--be-seconds", "0.6",
+           "--capacity-seconds", "0.3", "--lead", "0.2", f"{tmp}/dir"] + extra
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return r
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: check-colocate-suite.py SRC")
+    src = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        write(f"{tmp}/pylib/torch/__init__.py",
+              "__version__ = 'fake'\nclass version:\n    cuda = 'none'\n"
+              "class cuda:\n    @staticmethod\n    def is_available():\n        return True\n",
+              0o644)
+        write(f"{tmp}/bin/nvidia-smi", "#!/bin/sh\necho 'Fake GPU, 1 MiB, Default'\n")
+        d = f"{tmp}/dir"
+        write(f"{d}/prefix/bin/tally", TALLY)
+        write(f"{d}/prefix/bin/tally-ptxas", "#!/bin/sh\nexit 0\n")
+        for name in ("torch/serve.py", "torch/train.py", "torch/streams.py", "train-gpt",
+                     "train-gpt.tally", "train_gpt.py"):
+            write(f"{d}/{name}", FAKE)
+        write(f"{d}/torch/workloads.py", "", 0o644)
+
+        out = f"{tmp}/out"
+        r = run_suite(src, tmp, out, ["--systems", "timeslice,streams,tally"])
+        if r.returncode != 0:
+            fail(f"suite exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
+        with open(f"{out}/colocate-all.csv") as f:
+            rows = list(csv.DictReader(x for x in f if not x.startswith("#")))
+        got = {(x["hp"], x["system"], x["be_block_us"]) for x in rows}
+        want = set()
+        for hp in ("resnet50", "bert"):
+            want |= {(hp, "alone-closed", ""), (hp, "alone", ""), (hp, "tally-alone", ""),
+                     (hp, "streams", "torch")}
+            for be in ("gpt", "triton", "torch"):
+                for sysname in ("be-alone", "tally-be-alone", "timeslice", "tally"):
+                    want.add((hp, sysname, be))
+        if got != want:
+            fail(f"rows: missing {sorted(want - got)}, unexpected {sorted(got - want)}")
+        if len(rows) != len(want):
+            fail(f"{len(rows)} rows for {len(want)} runs")
+        for x in rows:
+            if x["system"] not in ("be-alone", "tally-be-alone") and not x["hp_p99"]:
+                fail(f"no HP p99 in {x}")
+            if x["system"] in ("timeslice", "tally", "tally-be-alone", "streams"):
+                kept = float(x["be_rate_fraction_of_alone"] or 0)
+                # A steady fake BE: the same rate in every window (a loose
+                # bound: the host's scheduling varies).
+                if not 0.5 < kept < 1.5:
+                    fail(f"BE kept {kept} in {x['hp']} {x['system']} {x['be_block_us']}")
+        report = open(f"{out}/all-report.md").read()
+        for needle in ("# resnet50", "# bert", "| tally-gpt: BE losses | PASS |",
+                       "| tally-triton: BE losses | PASS |", "Failures: 0",
+                       "Phases: triton caches"):
+            if needle not in report:
+                fail(f"all-report.md lacks '{needle}':\n{report[-3000:]}")
+        for hp in ("resnet50", "bert"):
+            if not os.path.exists(f"{out}/{hp}/colocate.csv"):
+                fail(f"no {hp}/colocate.csv")
+
+        # A transformed training whose loss differs at one step fails.
+        out2 = f"{tmp}/out2"
+        r = run_suite(src, tmp, out2, ["--systems", "tally", "--pairs", "resnet50:gpt"],
+                      {"FAKE_BAD_LOSS": "1"})
+        report = open(f"{out2}/all-report.md").read() if os.path.exists(
+            f"{out2}/all-report.md") else ""
+        if r.returncode != 1 or "| tally-gpt: BE losses | FAIL | step 20: deadbeef" not in report:
+            fail(f"a changed loss: exit {r.returncode}, report:\n{report[-2000:]}\n{r.stderr[-1000:]}")
+
+        # MPS asked for where there is no control program: a failed check.
+        out3 = f"{tmp}/out3"
+        r = run_suite(src, tmp, out3, ["--systems", "mps", "--pairs", "bert:torch"])
+        report = open(f"{out3}/all-report.md").read() if os.path.exists(
+            f"{out3}/all-report.md") else ""
+        if r.returncode != 1 or "| MPS | FAIL | nvidia-cuda-mps-control not found" not in report:
+            fail(f"MPS without its control program: exit {r.returncode}\n{report[-2000:]}")
+    print("PASS: the suite's windows, rows, reports and checks")
+
+
+if __name__ == "__main__":
+    main()
