@@ -832,6 +832,7 @@ class Suite:
                 f"driver: {q('driver_version')}",
                 f"host: {os.uname().release}, {os.cpu_count()} cores",
                 f"python: {self.py}, {torch_v}; workloads from {self.torch}",
+                "command: scripts/gpu-colocate-suite.py " + " ".join(sys.argv[1:]),
                 f"suite: {'quick' if a.quick else 'full'}; HP windows {a.hp_seconds:g} s, "
                 f"BE alone {a.be_seconds:g} s, capacity {a.capacity_seconds:g} s, lead "
                 f"{a.lead:g} s; systems {' '.join(a.systems)}; pairs "
@@ -890,6 +891,7 @@ class Suite:
             if plot_py:
                 subprocess.run([plot_py, os.path.join(SRC, "scripts/colocate-plots.py"), base,
                                 "--title", f"{hp} service"], capture_output=True)
+        merged_md += self.goals(all_rows)
         merged_md += ["# Checks of the suite", "", "| check | result | detail |",
                       "| --- | --- | --- |"]
         merged_md += [f"| {n} | {res} | {det.replace('|', '/')} |"
@@ -902,6 +904,76 @@ class Suite:
                 f.write(f"# {line}\n")
             csv.writer(f).writerows(all_rows)
         print(f"written: {self.out}/all-report.md, {self.out}/colocate-all.csv")
+
+    @staticmethod
+    def goals(all_rows):
+        """The goals (issue 11, BRIEF.md section 5) per co-located system over
+        its pairs: HP p99 over HP alone's (mean and worst; p50 beside it),
+        BE kept (mean and least), preemption p99; whether they are met and
+        by how much they are missed."""
+        if not all_rows:
+            return []
+        head, rows = all_rows[0], [dict(zip(all_rows[0], r)) for r in all_rows[1:]]
+        del head
+
+        def num(x):
+            try:
+                return float(x)
+            except (TypeError, ValueError):
+                return None
+
+        alone = {r["hp"]: r for r in rows if r["system"] == "alone"}
+        lines = ["# Goals", "",
+                 "Over each system's pairs (HP p99 and p50 against the same service alone; "
+                 "goals: p99 +3 % mean and +8 % worst at most, BE keeping 0.6 of its speed "
+                 "alone, preemption p99 15 us at most):", "",
+                 "| system | pairs | HP p99 over alone, mean / worst | HP p50 over alone, "
+                 "mean / worst | BE kept, mean / least | preemption p99 us, worst | goals |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for system in ("timeslice", "streams", "tally", "mps", "mps-prio", "tally-mps"):
+            p99s, p50s, kept, pre = [], [], [], []
+            for r in rows:
+                a = alone.get(r["hp"])
+                if r["system"] != system or not a:
+                    continue
+                if num(r["hp_p99"]) and num(a["hp_p99"]):
+                    p99s.append(num(r["hp_p99"]) / num(a["hp_p99"]) - 1)
+                if num(r["hp_p50"]) and num(a["hp_p50"]):
+                    p50s.append(num(r["hp_p50"]) / num(a["hp_p50"]) - 1)
+                if num(r["be_rate_fraction_of_alone"]) is not None:
+                    kept.append(num(r["be_rate_fraction_of_alone"]))
+                if num(r.get("be_preempt_p99_us")) is not None:
+                    pre.append(num(r["be_preempt_p99_us"]))
+            if not p99s:
+                continue
+            m99, w99 = sum(p99s) / len(p99s), max(p99s)
+            short = []
+            if m99 > 0.03:
+                short.append(f"mean p99 {100 * (m99 - 0.03):.0f} points over")
+            if w99 > 0.08:
+                short.append(f"worst p99 {100 * (w99 - 0.08):.0f} points over")
+            if kept and min(kept) < 0.6:
+                short.append(f"least BE kept {0.6 - min(kept):.2f} under")
+            if pre and max(pre) > 15:
+                short.append(f"preemption p99 {max(pre) - 15:.0f} us over")
+            lines.append(
+                f"| {system} | {len(p99s)} | {100 * m99:+.0f} % / {100 * w99:+.0f} % | "
+                + (f"{100 * sum(p50s) / len(p50s):+.0f} % / {100 * max(p50s):+.0f} % | "
+                   if p50s else " | ")
+                + (f"{sum(kept) / len(kept):.2f} / {min(kept):.2f} | " if kept else " | ")
+                + (f"{max(pre):.0f} | " if pre else "- | ")
+                + ("met" if not short else "missed: " + "; ".join(short)) + " |")
+        notes = []
+        for hp, a in alone.items():
+            p50, p99 = num(a["hp_p50"]), num(a["hp_p99"])
+            if p50 and p99:
+                notes.append(f"{hp} alone p99 {p99 / 1000:.1f} ms = {p99 / p50:.1f} x its p50")
+        if notes:
+            lines += ["", "HP alone's tail: " + "; ".join(notes) + ". Where p99 is many "
+                      "times p50 the host's stalls set the tails, and short windows make "
+                      "each p99 rest on a few requests: the p50 column is the steadier "
+                      "comparison."]
+        return lines + [""]
 
     def run(self):
         self.find_programs()

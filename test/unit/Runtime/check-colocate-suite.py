@@ -200,7 +200,8 @@ def main():
         report = open(f"{out}/all-report.md").read()
         for needle in ("# resnet50", "# bert", "| tally-gpt: BE losses | PASS |",
                        "| tally-triton: BE losses | PASS |", "Failures: 0",
-                       "Phases: triton caches"):
+                       "Phases: triton caches", "# Goals", "| tally | 6 | ",
+                       "command: scripts/gpu-colocate-suite.py"):
             if needle not in report:
                 fail(f"all-report.md lacks '{needle}':\n{report[-3000:]}")
         for hp in ("resnet50", "bert"):
