@@ -13,6 +13,9 @@
 # in OUT: parts run by earlier commands with the same OUT are kept.
 # The Triton training's caches are filled once, in the first part that
 # runs it (OUT/triton-caches, kept: a second round starts in seconds).
+# One process per run and window: the record runs (long windows, hp-serve).
+# The PyTorch services' whole evaluation within one device command is
+# scripts/gpu-colocate-suite.py (processes kept across windows).
 #
 # Usage: scripts/gpu-colocate-all.sh [--quick] [--part=hp-serve|resnet50|bert]... [DIR]
 #        scripts/gpu-colocate-all.sh --merge-only
