@@ -24,18 +24,22 @@ eager PyTorch, no PTX), under every way of sharing the GPU:
 What makes it fit: processes live across runs. Per system the HP services
 start once (both at the same time) and serve one measurement window after
 another on request (serve.py --serve-dir); each BE job starts once per
-system and runs through its BE-alone window (with the HP services present
-and idle) and then one HP window per service beside it. Each window's BE
+system (train.py and train_gpt.py with the services, warming up and then
+waiting behind --start-file until their turn; train-gpt at its turn) and
+runs through its BE-alone window (the HP services and the other BE jobs
+alive and idle) and then one HP window per service beside it. Each window's BE
 rate is taken over that window from BE's time-stamped progress lines, as in
 scripts/gpu-colocate.sh, whose one-pair-per-process runs (longer windows,
 hp-serve and be-spin, the kill checks) stay the place for record runs and
 the runtime's own goals. Consequences, said in the report: a Tally BE
 process's statistics (preemptions, forms) cover all of its windows; the
-windows are short (--hp-seconds, default 5 s: a few hundred ResNet-50
-requests, so p99.9 rests on a handful of samples); BE-alone rates are
-measured with the idle HP services alive (an idle context takes no time
-slices; Tally's BE then runs as after a long HP silence). Its BE-alone row
-is the BE log's lines within that window, copied to be-alone-BE.be.log.
+BE jobs' Tally profiles start empty, are measured by the tally system's
+processes and reused by tally-mps's; the windows are short (--hp-seconds,
+default 5 s: a few hundred ResNet-50 requests, so p99.9 rests on a handful
+of samples); BE-alone rates are measured with the idle processes alive (an
+idle context takes no time slices; Tally's BE then runs as after a long HP
+silence). A BE-alone row is the BE log's lines within that window, copied
+to be-alone-BE.be.log (tally-be-alone-BE.be.log under Tally).
 
 Checks: every HP window ran and reported; every BE started and ended well
 (train.py: exit 0 and its summary); under Tally, train-gpt's and
@@ -54,7 +58,9 @@ OUT/HP/colocate.csv and the plots OUT/HP/plots/ (scripts/colocate-report.py
 and colocate-plots.py read them as they read gpu-colocate.sh's), and
 OUT/all-report.md (every service's table, the suite's checks and timings)
 and OUT/colocate-all.csv (every row, with the service in a first column hp).
-Exit status 1 when a check or a run failed, 2 on bad usage.
+Every process it starts is killed when it ends, or dies (SIGKILL from the
+kernel when the suite is gone). Exit status 1 when a check or a run failed,
+2 on bad usage, 130 when interrupted (SIGINT, SIGTERM: no report then).
 """
 
 import argparse
@@ -162,6 +168,25 @@ def parse_args(argv=None):
     return a
 
 
+try:  # loaded here, not in a forked child
+    import ctypes
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError, ImportError):
+    _PRCTL = None
+_PARENT = os.getpid()
+
+
+def _die_with_parent():
+    """In a child before exec: a session of its own, and SIGKILL when the
+    suite dies, however it dies (a device command's limit kills it with
+    -9): no workload outlives it to disturb the next measurement."""
+    os.setsid()
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != _PARENT:  # died before the prctl
+            os._exit(1)
+
+
 def fail(msg):
     print(f"gpu-colocate-suite: error: {msg}", file=sys.stderr)
     sys.exit(1)
@@ -223,7 +248,7 @@ class Suite:
         with open(err, "w") as ferr:
             if stamp:
                 p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=ferr,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
                 flog = open(log, "w")
 
                 def pump():
@@ -238,7 +263,7 @@ class Suite:
             else:
                 with open(log, "w") as flog:
                     p = subprocess.Popen(cmd, env=e, stdout=flog, stderr=ferr,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
                 p.pump = None
         self.procs.append(p)
         return p
@@ -322,8 +347,10 @@ class Suite:
         ready = {}
         deadline = time.monotonic() + 300
         for hp, s in started.items():
-            while not os.path.exists(os.path.join(s["dir"], "ready")):
-                if s["proc"].poll() is not None or time.monotonic() > deadline:
+            ready_file = os.path.join(s["dir"], "ready")
+            while not os.path.exists(ready_file):
+                if ((s["proc"].poll() is not None or time.monotonic() > deadline)
+                        and not os.path.exists(ready_file)):
                     self.check(hp, f"{s['name']}: start", "FAIL",
                                f"not ready (exit {s['proc'].poll()}): "
                                f"{self.errtail(self.path(s['name'] + '.err'))}")
@@ -348,7 +375,8 @@ class Suite:
         done = os.path.join(s["dir"], f"{s['n']}.done")
         deadline = time.monotonic() + seconds + 120
         while not os.path.exists(done):
-            if s["proc"].poll() is not None or time.monotonic() > deadline:
+            if ((s["proc"].poll() is not None or time.monotonic() > deadline)
+                    and not os.path.exists(done)):
                 self.check(hp, f"{name}: HP window", "FAIL",
                            f"no report (service exit {s['proc'].poll()}): "
                            f"{self.errtail(self.path(s['name'] + '.err'))}")
@@ -414,6 +442,11 @@ class Suite:
         return e
 
     GATED = ("triton", "torch")  # started early, warmed up, let go in turn
+    # The BE jobs' Tally profiles: one cache per job, empty at the start of
+    # the run, filled by the tally system's process (in its BE-alone window
+    # and first windows), reused by tally-mps's.
+    PROFILE_NOTE = {"tally": "profile cold at its start (measured in this run)",
+                    "tally-mps": "profile as the tally run left it"}
 
     def spawn_be(self, system, be, name):
         """Starts BE (train.py and train_gpt.py behind a start file)."""
@@ -440,10 +473,11 @@ class Suite:
             pass
         return n, waiting
 
-    def wait_be(self, b, ready, limit):
+    def wait_be(self, b, ready, limit, deadline=None):
         """Waits until ready(progress lines, waiting) holds; False (a FAIL
-        check, the process killed) when BE ended or limit s passed."""
-        deadline = time.monotonic() + limit
+        check, the process killed) when BE ended or limit s passed (or the
+        monotonic deadline, where given)."""
+        deadline = deadline or time.monotonic() + limit
         while not ready(*self.progress(b)):
             if b["proc"].poll() is not None or time.monotonic() > deadline:
                 self.check(None, f"{b['name']}: BE start", "FAIL",
@@ -456,8 +490,9 @@ class Suite:
 
     def wait_gated(self, gated):
         """Waits for every early-started BE to wait at its gate."""
+        deadline = time.monotonic() + 300  # all of them start at once
         return {be: b for be, b in gated.items()
-                if self.wait_be(b, lambda n, waiting: waiting, 300)}
+                if self.wait_be(b, lambda n, waiting: waiting, 300, deadline)}
 
     def go_be(self, b):
         """Lets BE go (its gate, where it has one) and waits for a progress
@@ -545,10 +580,14 @@ class Suite:
                        f"{kept} progress lines in its {self.a.be_seconds:g} s window")
             return
         stats = self.path(name + ".be.json") if self.is_tally(system) else ""
+        note = f"BE alone ({self.a.be_seconds:g} s window of {name}; HP services and " \
+               "the other BE jobs alive and idle)"
+        if system in self.PROFILE_NOTE:
+            note += f"; {self.PROFILE_NOTE[system]}"
         for hp in self.hps:
             if (hp, be) in self.a.pairs:
                 self.row(hp, alone, be, "", dst, self.path(f"be-alone-{be}.be.log"), stats,
-                         f"BE alone ({self.a.be_seconds:g} s window of {name}, HP services idle)")
+                         note)
 
     # ----- MPS -----------------------------------------------------------
 
@@ -649,7 +688,9 @@ class Suite:
                     self.row(hp, system, be, self.path(wname + ".hp.csv"), log,
                              self.path(f"be-alone-{be}.be.log"), stats,
                              "one BE process through its windows"
-                             + ("; statistics of all of them" if stats else ""))
+                             + ("; statistics of all of them" if stats else "")
+                             + (f"; {self.PROFILE_NOTE[system]}"
+                                if system in self.PROFILE_NOTE else ""))
             # BE's progress lines past the last window's end.
             time.sleep(0.5)
             self.end_be(b["proc"], system, be, name)
@@ -674,11 +715,12 @@ class Suite:
                         f"{cap:.1f} req/s (closed loop, alone); Poisson at {self.rate[hp]:.1f} "
                         f"req/s ({self.a.load:g} of capacity), {self.a.hp_seconds:g} s per "
                         "window\n")
+        started = services
         services = {hp: s for hp, s in services.items() if hp in self.rate}
         self.hps = [hp for hp in self.hps if hp in self.rate]
         self.hp_alone("alone", services)
         self.be_runs("timeslice", services, True, gated["timeslice"])
-        self.stop_services(services)
+        self.stop_services(started)
 
     def tally_phase(self, system, be_alone):
         services, gated = self.setup(system, [system])
@@ -747,11 +789,13 @@ class Suite:
         measurement); False when it failed."""
         t = time.monotonic()
         log, err = self.path("triton-warm.log"), self.path("triton-warm.err")
-        cmd = ["timeout", "-k", "5", f"{self.a.triton_timeout:g}", self.py, "-u",
-               self.triton_py, "--steps", "3", "--seed", "1"] + self.a.triton_args.split()
-        with open(log, "w") as fo, open(err, "w") as fe:
-            rc = subprocess.run(cmd, env=dict(os.environ, **self.triton_env), stdout=fo,
-                                stderr=fe).returncode
+        cmd = [self.py, "-u", self.triton_py, "--steps", "3", "--seed", "1"]
+        p = self.spawn(cmd + self.a.triton_args.split(), self.triton_env, log, err)
+        try:
+            rc = p.wait(self.a.triton_timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(p)
+            rc = f"none: killed after {self.a.triton_timeout:g} s"
         with open(log, errors="replace") as f:
             steps = sum(1 for line in f if line.startswith("step "))
         if rc != 0 or steps != 3:
@@ -895,7 +939,7 @@ class Suite:
         merged_md += ["# Checks of the suite", "", "| check | result | detail |",
                       "| --- | --- | --- |"]
         merged_md += [f"| {n} | {res} | {det.replace('|', '/')} |"
-                      for h, n, res, det in self.checks if h is None]
+                      for h, n, res, det in self.checks if h not in self.hps]
         merged_md += ["", f"Failures: {self.fails}"]
         with open(os.path.join(self.out, "all-report.md"), "w") as f:
             f.write("\n".join(merged_md) + "\n")
@@ -928,7 +972,8 @@ class Suite:
                  "goals: p99 +3 % mean and +8 % worst at most, BE keeping 0.6 of its speed "
                  "alone, preemption p99 15 us at most):", "",
                  "| system | pairs | HP p99 over alone, mean / worst | HP p50 over alone, "
-                 "mean / worst | BE kept, mean / least | preemption p99 us, worst | goals |",
+                 "mean / worst | BE kept, mean / least | preemption p99 us, worst (flag "
+                 "landed to workers gone, GPU clock; host-observed where not timed) | goals |",
                  "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for system in ("timeslice", "streams", "tally", "mps", "mps-prio", "tally-mps"):
             p99s, p50s, kept, pre = [], [], [], []
@@ -942,8 +987,13 @@ class Suite:
                     p50s.append(num(r["hp_p50"]) / num(a["hp_p50"]) - 1)
                 if num(r["be_rate_fraction_of_alone"]) is not None:
                     kept.append(num(r["be_rate_fraction_of_alone"]))
-                if num(r.get("be_preempt_p99_us")) is not None:
-                    pre.append(num(r["be_preempt_p99_us"]))
+                # The goal is flag to GPU free: the GPU's clock where the
+                # statistics timed it, else the host's (about 9 us more).
+                gpu, host = num(r.get("be_preempt_gpu_p99_us")), num(r.get("be_preempt_p99_us"))
+                if gpu is not None:
+                    pre.append(gpu)
+                elif host is not None:
+                    pre.append(host)
             if not p99s:
                 continue
             m99, w99 = sum(p99s) / len(p99s), max(p99s)
@@ -1017,6 +1067,8 @@ def main(argv=None):
         print("gpu-colocate-suite: interrupted", file=sys.stderr)
         return 130
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         s.cleanup()
 
 

@@ -132,12 +132,12 @@ def parse_args(argv=None):
     return a
 
 
-def wait_for_file(path, timeout):
+def wait_for_file(path, timeout, what="--start-file"):
     """Polls every millisecond until path exists; exits 1 after timeout s."""
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
         if time.monotonic() > deadline:
-            sys.exit(f"serve: error: --start-file {path} did not appear in {timeout:g} s")
+            sys.exit(f"serve: error: {what} {path} did not appear in {timeout:g} s")
         time.sleep(0.001)
 
 
@@ -184,7 +184,7 @@ def serve_windows(a, w, service, sync, torch):
     while True:
         n += 1
         req = os.path.join(a.serve_dir, f"{n}.req")
-        wait_for_file(req, a.start_timeout)
+        wait_for_file(req, a.start_timeout, "--serve-dir request")
         with open(req) as f:
             r = parse_request(f.read())
         if r is None:
@@ -207,6 +207,11 @@ def serve_windows(a, w, service, sync, torch):
         text = io.StringIO()
         with contextlib.redirect_stdout(text):
             rc = w.report_hp(lat, unserved, start, end, rate, a.drain, settings, csv_path)
+            if own and mode == "poisson":
+                own.sort()
+                w.say(f"hp: service (issue to completion, without queueing) p50 "
+                      f"{w.percentile(own, 0.5):.1f} p99 {w.percentile(own, 0.99):.1f} us, "
+                      f"wait {a.wait}")
         sys.stdout.write(text.getvalue())
         sys.stdout.flush()
         write_whole(os.path.join(a.serve_dir, f"{n}.done"), text.getvalue() + f"rc {rc}\n")

@@ -162,12 +162,14 @@ def main():
     for step in range(a.steps):
         if a.start_file and step == a.start_after:
             print(f"waiting for {a.start_file}", flush=True)
+            waited = time.perf_counter()
             deadline = time.monotonic() + a.start_timeout
             while not os.path.exists(a.start_file) and not stop:
                 if time.monotonic() > deadline:
                     sys.exit(f"train_gpt.py: error: {a.start_file} did not appear in "
                              f"{a.start_timeout:g} s")
                 time.sleep(0.005)
+            t_start += time.perf_counter() - waited  # the total leaves the wait out
         if stop:
             break
         t0 = time.perf_counter()

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 FAKE = r'''#!/usr/bin/env python3
 import os, random, signal, sys, time
@@ -56,6 +57,8 @@ def hp_window(mode, rate, seconds, csv_path, seed=1):
         out.append(f"hp: capacity {n / seconds:.1f} req/s")
     return "\n".join(out) + "\n"
 if role == "serve.py":
+    if arg("--model") == os.environ.get("FAKE_FAIL_SERVICE"):
+        sys.exit("serve: error: made to fail")
     d = arg("--serve-dir")
     open(os.path.join(d, "ready"), "w").write("ready\n")
     n = 0
@@ -114,18 +117,17 @@ else:  # train-gpt, train-gpt.tally, train_gpt.py: step lines until SIGTERM
         time.sleep(0.01)
 '''
 
+# `tally run` execs the program, as the real one does (the runtime writes
+# the statistics at the program's exit; here they are written first).
 TALLY = r'''#!/usr/bin/env python3
-import json, signal, subprocess, sys
+import json, os, sys
 a = sys.argv[1:]
 assert a[0] == "run", a
 i = a.index("--")
 stats = next((x.split("=", 1)[1] for x in a[1:i] if x.startswith("--stats=")), None)
-p = subprocess.Popen(a[i + 1:])
-signal.signal(signal.SIGTERM, lambda *_: p.send_signal(signal.SIGTERM))
-rc = p.wait()
 if stats:
     json.dump({"kernels": [{"launches": {"original": 3}}]}, open(stats, "w"))
-sys.exit(rc)
+os.execvp(a[i + 1], a[i + 1:])
 '''
 
 
@@ -150,6 +152,24 @@ def run_suite(src, tmp, out, extra, env_extra=None):
            "--capacity-seconds", "0.3", "--lead", "0.2", f"{tmp}/dir"] + extra
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     return r
+
+
+def ours(tmp):
+    """Processes whose command line names tmp (the fakes), other than this one."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if tmp.encode() in cmd and state != "Z":
+            found.append(int(pid))
+    return found
 
 
 def main():
@@ -224,6 +244,44 @@ def main():
             f"{out3}/all-report.md") else ""
         if r.returncode != 1 or "| MPS | FAIL | nvidia-cuda-mps-control not found" not in report:
             fail(f"MPS without its control program: exit {r.returncode}\n{report[-2000:]}")
+        # A service that fails to start: its check is in the suite's table,
+        # the other service's pairs still run.
+        out4 = f"{tmp}/out4"
+        r = run_suite(src, tmp, out4, ["--systems", "timeslice", "--pairs",
+                                       "resnet50:torch,bert:torch"], {"FAKE_FAIL_SERVICE": "bert"})
+        report = open(f"{out4}/all-report.md").read() if os.path.exists(
+            f"{out4}/all-report.md") else ""
+        if (r.returncode != 1 or "| timeslice-bert: start | FAIL |" not in report
+                or "| timeslice | train.py (PyTorch) |" not in report):
+            fail(f"a failed service: exit {r.returncode}\n{report[-2000:]}")
+
+        # The suite killed with -9 in the middle of a window: none of the
+        # processes it started outlives it.
+        env = dict(os.environ, PATH=f"{tmp}/bin:{os.environ['PATH']}", PYTHONPATH=f"{tmp}/pylib")
+        out5 = f"{tmp}/out5"
+        p = subprocess.Popen([sys.executable, os.path.join(src, "scripts/gpu-colocate-suite.py"),
+                              "--python", "python3", "--out", out5, "--hp-seconds", "60",
+                              "--systems", "timeslice", f"{tmp}/dir"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(f"{out5}/suite/alone-closed-resnet50.hp.log"):
+            if time.monotonic() > deadline or p.poll() is not None:
+                p.kill()
+                fail("the suite did not get to its first window")
+            time.sleep(0.1)
+        time.sleep(1)
+        if not [x for x in ours(tmp) if x != p.pid]:
+            fail("no workload process found while the suite ran")
+        p.kill()
+        p.wait()
+        deadline = time.monotonic() + 10
+        while ours(tmp) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = ours(tmp)
+        if left:
+            for pid in left:
+                os.kill(pid, 9)
+            fail(f"processes left after the suite was killed: {left}")
     print("PASS: the suite's windows, rows, reports and checks")
 
 
