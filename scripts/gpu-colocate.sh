@@ -70,6 +70,9 @@
 #   HP_LOAD      Poisson rate as a fraction of HP's capacity (default 0.5)
 #   HP_KERNELS   hp-serve: kernels per request (default 8)
 #   HP_BLOCK_US  hp-serve: block time, us (default 20)
+#   HP_ARRIVAL   hp-serve: sleep (default) or spin between requests (its
+#                --spin-arrival: a service that polls for work; a sleeping
+#                sender wakes late on some virtual machines)
 #   HP_MODEL     empty (default): HP is hp-serve; resnet50 or bert: HP is
 #                `serve.py --model HP_MODEL` (PyTorch; see PYTHON)
 #   HP_SECONDS   HP's measurement window per run, s (default 15, with
@@ -333,6 +336,8 @@ HP_BLOCK_US=${HP_BLOCK_US:-20}
 # Kernels per HP request (one wave each): an inference request is a
 # sequence of kernels, not one.
 HP_KERNELS=${HP_KERNELS:-8}
+HP_ARRIVAL=${HP_ARRIVAL:-sleep}
+[[ $HP_ARRIVAL == sleep || $HP_ARRIVAL == spin ]] || die "HP_ARRIVAL '$HP_ARRIVAL': sleep or spin"
 # The statistics count without timing every launch (two events each would
 # cost the workloads more than the runtime itself): HP's not at all, BE's
 # one launch in 16 of each kernel (BE_TIMING), enough for the share of its
@@ -468,6 +473,7 @@ hp_cmd() {
     base=("$PY" "$TORCH/serve.py" --model "$HP_MODEL" --seed 1)
   else
     base=("$R/hp-serve" --block-us "$HP_BLOCK_US" --kernels "$HP_KERNELS" --seed 1)
+    [[ $HP_ARRIVAL == spin ]] && base+=(--spin-arrival)
   fi
   if is_tally "$1"; then
     HPCMD=("$TALLY" run --priority=high --stats="$L/$2.hp.json" -- "${base[@]}")
@@ -996,7 +1002,7 @@ run_row alone-closed none "" "$L/alone-closed.hp.csv" "" "" "" "" "closed loop: 
 if ((torch_hp)); then
   hpdesc="$HP_NAME (PyTorch eager, bf16, batch 1)"
 else
-  hpdesc="$HP_KERNELS kernels of one wave of $HP_BLOCK_US us blocks per request"
+  hpdesc="$HP_KERNELS kernels of one wave of $HP_BLOCK_US us blocks per request, $HP_ARRIVAL between requests"
 fi
 {
   echo "hp: $hpdesc; capacity $CAP req/s (closed loop, alone); Poisson at $RATE req/s ($HP_LOAD of capacity), $HP_S s per run"

@@ -149,13 +149,17 @@ static double epochNow() {
 /// Sleeps most of the way to T, then spins the rest: sleep_until alone
 /// overshoots by tens of microseconds, a Poisson schedule of 100 us gaps
 /// needs better.
-static void waitUntil(Clock::time_point T) {
+/// With \p Spin, spins all the way: a thread that sleeps between requests
+/// wakes late on some virtual machines (1.2-1.4 ms, with launch calls
+/// 3-8 times slower for tens of milliseconds after; H100 VMs, 2026-11-24),
+/// which a service that polls for work never meets.
+static void waitUntil(Clock::time_point T, bool Spin = false) {
   for (;;) {
     Clock::time_point Now = Clock::now();
     if (Now >= T)
       return;
     auto Left = T - Now;
-    if (Left > std::chrono::microseconds(300))
+    if (!Spin && Left > std::chrono::microseconds(300))
       std::this_thread::sleep_for(Left - std::chrono::microseconds(200));
   }
 }
@@ -296,6 +300,7 @@ struct HpOptions {
   std::string Csv;
   std::string Trace; // per request: when, and where its time went
   bool SpinWait = false;
+  bool SpinArrival = false; // spin, not sleep, until the next arrival
   bool RecordEach = false; // an event recorded after each kernel
   int WriteEach = 0; // 1: a GPU write to registered host memory after each kernel; 2: to device memory
   StreamPriority Priority = StreamPriority::Default;
@@ -324,6 +329,9 @@ struct HpOptions {
   "                      issue (the launch calls), wait (launches to done)\n" \
   "  --spin-wait         poll cudaEventQuery instead of\n"                     \
   "                      cudaStreamSynchronize\n"                              \
+  "  --spin-arrival      with --rate: spin until each arrival instead of\n"    \
+  "                      sleeping most of the way (a service that polls for\n" \
+  "                      work; sleeping threads wake late on some VMs)\n"      \
   "  --record-each       record an event after each kernel (a driver call\n"  \
   "                      per launch, as the runtime's HP completions make)\n" \
   "  --write-each WHERE  after each kernel the stream writes a number\n"       \
@@ -367,6 +375,8 @@ struct HpOptions {
   }
   else if (R.flag("--spin-wait"))
     O.SpinWait = true;
+  else if (R.flag("--spin-arrival"))
+    O.SpinArrival = true;
   else
     return false;
   return true;
@@ -489,7 +499,7 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
                            Now));
         break;
       }
-      waitUntil(Arrival);
+      waitUntil(Arrival, O.SpinArrival);
       Clock::time_point Send = Clock::now();
       Request();
       Last = Clock::now();
@@ -534,7 +544,7 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
   char Settings[512];
   std::snprintf(Settings, sizeof Settings,
                 "block-us %g blocks %d kernels %d threads %d rate %g (%s, seed %llu) "
-                "%s %g warmup %lld drain %g stream-priority %s wait %s%s%s "
+                "%s %g warmup %lld drain %g stream-priority %s wait %s%s%s%s "
                 "device %s",
                 O.BlockUs, Blocks, O.Kernels, O.Threads, O.Rate,
                 O.Rate > 0 ? "poisson" : "closed loop",
@@ -542,7 +552,8 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
                 O.Requests ? "requests" : "duration",
                 O.Requests ? (double)O.Requests : O.Duration,
                 (long long)O.Warmup, O.Drain, priorityName(O.Priority),
-                O.SpinWait ? "spin" : "sync", O.RecordEach ? " record-each" : "",
+                O.SpinWait ? "spin" : "sync",
+                O.SpinArrival ? " spin-arrival" : "", O.RecordEach ? " record-each" : "",
                 O.WriteEach == 1 ? " write-each host" : O.WriteEach == 2 ? " write-each device" : "",
                 Dev.Name.c_str());
 

@@ -207,6 +207,12 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_BESIDE_PTB_PERCENT", V, "a percentage from 0 to 100");
     C.BesidePtbPercent = static_cast<uint32_t>(N);
   }
+  if (const char *V = GetEnv("TALLY_BESIDE_WAVE_US"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 1000, N))
+      return Fail("TALLY_BESIDE_WAVE_US", V, "microseconds from 0 to 1000");
+    C.BesideWaveUs = static_cast<uint32_t>(N);
+  }
   if (const char *V = GetEnv("TALLY_WIDEN_US"); V && *V) {
     uint64_t N = 0;
     if (!parseUnsigned(V, 10000000, N))

@@ -234,6 +234,19 @@ bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) co
     return Turn <= Cfg.TurnaroundUs;
   if (NoBeside.count(S.Key))
     return false; // timed too long too often beside HP (besideChecked)
+  // As a client of below-normal priority, an original of short waves: an
+  // arriving HP kernel waits for its running blocks only, one short wave
+  // at most, and the GPU starts none of its later blocks before HP's (on
+  // an H100 beside hp-serve's requests of 8 one-wave kernels, be-spin's 10
+  // us blocks run plainly by such a client kept HP's median within 5 us of
+  // HP alone under MPS and 0.94 of BE, where Tally's narrow PTB launches of
+  // it took 13 us and kept 0.78; its 22 us blocks chosen as originals cost
+  // HP's median 61 us more than narrow PTB launches: Config::BesideWaveUs).
+  if (C.F == Form::Original && Cfg.BlocksFirst && Cfg.BesideWaveUs > 0 && S.OrigPerSM > 0) {
+    const double Wave = waitUs(S, C, Ns);
+    if (Wave <= Cfg.BesideWaveUs && double(marginNs(Wave)) <= Cfg.TurnaroundUs * 1e3)
+      return true;
+  }
   // Under MPS an original or sliced form within the target is one that
   // runs beside HP: besideOk's margin (a quarter to spare). One within the
   // target but not the margin would wait for HP to be idle at every launch,

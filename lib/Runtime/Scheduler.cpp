@@ -192,6 +192,7 @@ void Runtime::Impl::coordinate(ContextState &C) {
       PC.BesidePtbPercent = Co.Mps && Asked && Cfg.Beside ? Cfg.BesidePtbPercent : 0;
       PC.WidenNs = Cfg.WidenUs * 1000;
       PC.BlocksFirst = BlocksFirst;
+      PC.BesideWaveUs = double(Cfg.BesideWaveUs);
       PC.Beside = Co.Mps && Cfg.Beside;
       PC.LaunchBoundPermille = Co.Mps && Cfg.Beside ? Cfg.HpWaitSharePercent * 10 : 0;
       PC.Provisional = Cfg.Provisional;

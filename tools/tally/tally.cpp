@@ -95,6 +95,10 @@ const char *Variables =
     "                     HP arrives (default 1: queued ahead, raised by one store)\n"
     "  TALLY_BESIDE_PTB_PERCENT  under MPS, a BE PTB launch keeps this share of a\n"
     "                     wave of workers beside HP (default 50; 0: it leaves)\n"
+    "  TALLY_BESIDE_WAVE_US  under MPS as a client of below-normal priority, a BE\n"
+    "                     kernel whose original runs in waves of at most this many\n"
+    "                     us runs as the original beside HP (default 15; 0: chosen\n"
+    "                     by the original's whole time only)\n"
     "  TALLY_WIDEN_US     a narrow PTB launch takes all its workers back after HP was\n"
     "                     quiet this long (default 1000)\n"
     "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
@@ -483,13 +487,20 @@ int main(int Argc, char **Argv) {
                 "set, a best-effort process becomes an MPS client of below-normal priority, "
                 "1, so that the GPU gives HP's waiting blocks the SMs first; no effect "
                 "without MPS)");
-  unsigned BesidePtb = 50, WidenUs = 1000;
+  unsigned BesidePtb = 50, WidenUs = 1000, BesideWaveUs = 15;
   Run->add_option("--beside-ptb-percent", BesidePtb,
                   "best-effort, under MPS: while HP works, a PTB launch keeps this percentage "
                   "of a full wave of workers (at least one) beside HP's kernels instead of "
                   "leaving the GPU (default 50; 0: it leaves and waits for HP to be idle); an "
                   "original whose grid fits in that share starts beside HP however long it is")
       ->check(CLI::Range(0u, 100u));
+  Run->add_option("--beside-wave-us", BesideWaveUs,
+                  "best-effort, under MPS as a client of below-normal priority: a kernel "
+                  "whose original runs in waves of at most this many microseconds (measured) "
+                  "runs as the original beside HP rather than as a variant; the GPU starts "
+                  "HP's waiting blocks first, so HP waits for one such wave at most (default "
+                  "15; 0: an original is chosen by its whole time only)")
+      ->check(CLI::Range(0u, 1000u));
   Run->add_option("--widen-us", WidenUs,
                   "best-effort, under MPS: a PTB launch running narrow beside HP takes all its "
                   "workers back once HP has been quiet this long (default 1000; at least "
@@ -652,6 +663,8 @@ int main(int Argc, char **Argv) {
     setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 1);
   if (Run->count("--beside-ptb-percent"))
     Set("TALLY_BESIDE_PTB_PERCENT", std::to_string(BesidePtb));
+  if (Run->count("--beside-wave-us"))
+    Set("TALLY_BESIDE_WAVE_US", std::to_string(BesideWaveUs));
   if (Run->count("--widen-us"))
     Set("TALLY_WIDEN_US", std::to_string(WidenUs));
   Set("TALLY_SHM_DIR", ShmDir);

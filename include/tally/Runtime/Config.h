@@ -32,6 +32,10 @@
 //                    work (default 31.6): the profile-guided choice's target
 //   TALLY_IDLE_US    BE work starts or resumes after HP was idle this long
 //                    (default 100)
+//   TALLY_BESIDE_WAVE_US  as an MPS client of below-normal priority, a
+//                    kernel whose original runs in waves of at most this
+//                    long is run as the original beside HP (default 15; 0:
+//                    chosen by the original's whole time only)
 //   TALLY_SILENCE_MS after this long without HP activity BE kernels run as
 //                    originals at full speed (default 100)
 //   TALLY_SHM_DIR    where the per-GPU segment lives (default /dev/shm)
@@ -174,6 +178,20 @@ struct Config {
   /// the GPU: it starts narrow, or is narrowed when HP arrives (0: PTB
   /// launches leave for HP and wait for it to be idle).
   uint32_t BesidePtbPercent = 50;
+  /// As an MPS client of below-normal priority (and with Beside): a kernel
+  /// whose original runs in waves of at most this many microseconds (its
+  /// measured time over its waves) is chosen as the original, which runs
+  /// beside HP at full width, rather than a variant: the GPU starts HP's
+  /// waiting blocks before any of BE's, so an arriving HP kernel waits for
+  /// one such wave at most, and a preemptible form would cost BE its
+  /// overhead and HP its share of the SMs for nothing (Policy::withinTarget).
+  /// 0: an original is chosen by its whole time only. The default lies
+  /// between two measurements on an H100 beside hp-serve (requests of 8
+  /// one-wave kernels): be-spin's 10 us blocks run plainly by such a client kept
+  /// HP's median within 5 us of HP alone under MPS and 0.94 of BE, where
+  /// narrow PTB launches took 13 us and kept 0.78; its 22 us blocks as
+  /// originals took HP's median 61 us above narrow PTB launches'.
+  uint32_t BesideWaveUs = 15;
   /// A narrow PTB launch gets its full width back once HP has been idle
   /// this long (at least the idle window).
   uint64_t WidenUs = 1000;

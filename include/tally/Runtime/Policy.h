@@ -32,7 +32,9 @@
 //    quarter to spare: one that is not would wait for HP to be idle at
 //    every launch. (Not by one wave of an original, waitUs: chosen so,
 //    originals at full width beside HP made an HP request of several
-//    one-wave kernels wait for BE blocks at each of them.)
+//    one-wave kernels wait for BE blocks at each of them; except, as a
+//    client of below-normal priority, an original of waves within
+//    `BesideWaveUs`: HP's kernels wait for one such short wave at most.)
 //    Grids with fewer blocks than SMs get the same consideration (fewer
 //    PTB workers than blocks make them preemptible at some cost), where the
 //    original Tally always ran them whole. Kernels without variants, and
@@ -126,6 +128,11 @@ struct PolicyConfig {
   /// waits for the GPU less than this share (permille) of its requests'
   /// time (launchBound). 0: never.
   uint32_t LaunchBoundPermille = 0;
+  /// With BlocksFirst and Beside: an original whose one wave (waitUs) is
+  /// within this many microseconds, and with a quarter more within
+  /// TurnaroundUs (besideOk's rule), counts as within the target however
+  /// long it is in all (withinTarget). 0: never.
+  double BesideWaveUs = 0;
   /// With Beside and BesidePtbPercent: launches of shapes being measured
   /// start narrow beside a running HP request (provisional).
   bool Provisional = false;

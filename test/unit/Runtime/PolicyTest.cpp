@@ -380,6 +380,70 @@ TEST(PolicyChoice, BlocksFirstStillChoosesByTheWholeTime) {
   EXPECT_TRUE(P.besideOk(S, Orig)) << "the original alone would go beside HP by its waves";
 }
 
+// As a client of below-normal priority, an original of waves within
+// BesideWaveUs is chosen however long it is in all: an arriving HP kernel
+// waits for one short wave at most, where a variant costs BE its overhead
+// and takes HP's share of the SMs. Measured as above: 1000 us in 100 waves
+// of 10 us against PTB at 1200 us. The original ends the measuring (no
+// variant is timed) and goes beside HP. Not so: waves of 20 us (over the
+// 15), the rule off (0), a turnaround target that 10 us with a quarter
+// more exceeds (12 us), normal priority, an unknown occupancy, or a shape
+// revoked from beside HP (besideChecked), which chooses again.
+TEST(PolicyChoice, ShortWavesOfAnOriginalRunBesideHp) {
+  PolicyConfig Cfg;
+  Cfg.BlocksFirst = true;
+  Cfg.Beside = true;
+  Cfg.BesideWaveUs = 15;
+  auto Time = [](const Choice &X) -> uint64_t {
+    return X.F == Form::Original ? 1000 * Us : 1200 * Us;
+  };
+  LaunchShape S = shape("short-waves", 132 * 4 * 100); // PTB 2 per SM, slices 4
+  S.OrigPerSM = 4;
+  {
+    Policy P(Cfg);
+    unsigned Measuring = 0;
+    Choice C;
+    for (int I = 0; I < 100; ++I) {
+      C = P.choose(S);
+      if (!C.Measuring)
+        break;
+      EXPECT_EQ(C.F, Form::Original) << "a variant measured: " << C.name();
+      ++Measuring;
+      P.measured(S, C, Time(C));
+    }
+    EXPECT_EQ(C.F, Form::Original);
+    EXPECT_EQ(Measuring, Cfg.Repeats);
+    EXPECT_TRUE(P.besideOk(S, C));
+    ASSERT_EQ(P.decisions().size(), 1u);
+    EXPECT_TRUE(P.decisions()[0].MeetsTarget);
+    EXPECT_DOUBLE_EQ(P.decisions()[0].WaitUs, 10.0);
+    // Revoked from beside HP (timed over the target too often): chosen
+    // again by its whole time, a variant.
+    bool Revoked = false;
+    for (unsigned I = 0; I < 8 && !Revoked; ++I)
+      Revoked = P.besideChecked(S.Key, 40 * Us);
+    ASSERT_TRUE(Revoked);
+    Choice Again = profile(P, S, Time);
+    EXPECT_EQ(Again.F, Form::Ptb) << Again.name();
+  }
+  auto ChoiceWith = [&](PolicyConfig C, LaunchShape L) { Policy P(C); return profile(P, L, Time); };
+  LaunchShape Long = S;
+  Long.Blocks = 132 * 4 * 50; // 50 waves of 20 us
+  EXPECT_EQ(ChoiceWith(Cfg, Long).F, Form::Ptb) << "20 us waves";
+  PolicyConfig Off = Cfg;
+  Off.BesideWaveUs = 0;
+  EXPECT_EQ(ChoiceWith(Off, S).F, Form::Ptb) << "the rule off";
+  PolicyConfig Tight = Cfg;
+  Tight.TurnaroundUs = 12;
+  EXPECT_NE(ChoiceWith(Tight, S).F, Form::Original) << "12.5 us with the quarter, over 12";
+  PolicyConfig Normal = Cfg;
+  Normal.BlocksFirst = false;
+  EXPECT_EQ(ChoiceWith(Normal, S).F, Form::Ptb) << "normal priority";
+  LaunchShape Unknown = S;
+  Unknown.OrigPerSM = 0;
+  EXPECT_EQ(ChoiceWith(Cfg, Unknown).F, Form::Ptb) << "occupancy unknown";
+}
+
 // Under MPS (Beside) an original or sliced form counts as within the
 // target only when it may run beside HP (besideOk: a quarter to spare);
 // otherwise it would wait for HP to be idle at every launch. An original
@@ -859,6 +923,15 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   EXPECT_NE(E.find("TALLY_BESIDE_PTB_PERCENT"), std::string::npos) << E;
   C = configOf({{"TALLY_WIDEN_US", "soon"}}, E);
   EXPECT_FALSE(C.Enabled);
+  EXPECT_EQ(configOf({}, E).BesideWaveUs, 15u);
+  C = configOf({{"TALLY_BESIDE_WAVE_US", "0"}}, E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_EQ(C.BesideWaveUs, 0u);
+  for (const char *Bad : {"1001", "12.5", "-1", "short"}) {
+    C = configOf({{"TALLY_BESIDE_WAVE_US", Bad}}, E);
+    EXPECT_FALSE(C.Enabled) << Bad;
+    EXPECT_NE(E.find("TALLY_BESIDE_WAVE_US"), std::string::npos) << E;
+  }
   // On unless turned off: measuring in Free mode, provisional launches of
   // shapes being measured, the armed preemption flag.
   const struct {

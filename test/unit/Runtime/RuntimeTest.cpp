@@ -1513,6 +1513,58 @@ TEST(ScheduleBe, AClusterLaunchNeverTakesTheShapesVariant) {
       << "ordinary launches took the cluster launches' choice (the original)";
 }
 
+// As an MPS client of below-normal priority, a kernel with variants whose
+// original runs in short waves (its ctest entries: FAKE_MPS=1,
+// CUDA_MPS_CLIENT_PRIORITY=1, FAKE_ELAPSED_US=50: 40 blocks in 5 waves of 8,
+// 10 us each) is chosen as the original after the original's two
+// measurements (no variant is measured) and runs as the original beside a
+// working HP (TEST_EXPECT_ORIGINAL=1). With TALLY_BESIDE_WAVE_US=0 its
+// variants are measured and PTB is chosen: the launch made while HP works
+// runs the PTB variant, narrow (TEST_EXPECT_ORIGINAL=0). Every block once.
+TEST(ScheduleBe, ShortWavesRunAsTheOriginalBesideHp) {
+  const std::string Expect = env("TEST_EXPECT_ORIGINAL");
+  ASSERT_TRUE(Expect == "0" || Expect == "1") << "set TEST_EXPECT_ORIGINAL to 0 or 1";
+  const bool Original = Expect == "1";
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_waves");
+  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
+  for (int I = 0; I < 16; ++I) { // measurements, then the choice
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
+    fake_sync();
+    for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+      usleep(1000);
+    fake_sync();
+    expectEachBlockOnce(Out);
+    bool Rejoined = false;
+    Hp->heartbeat(tally::rt::monotonicNs(), Rejoined);
+  }
+  EXPECT_EQ(fake_log_count("launch be_waves__tally_", "") == 0, Original)
+      << (Original ? "a variant was measured though the original's waves are short"
+                   : "no variant was measured");
+  fake_log_clear();
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
+  std::vector<int> Out(40);
+  EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "the launch waited for HP";
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 20);
+  fake_sync();
+  for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+    usleep(1000);
+  fake_sync();
+  expectEachBlockOnce(Out);
+  if (Original) {
+    EXPECT_EQ(fake_log_count("launch be_waves ", "grid=40x1x1"), 1u);
+    EXPECT_EQ(fake_log_count("launch be_waves__tally_", ""), 0u) << "a variant ran";
+  } else {
+    EXPECT_GE(fake_log_count("launch be_waves__tally_ptb ", "grid=4x1x1"), 1u)
+        << "the PTB launch did not start narrow beside HP";
+    EXPECT_EQ(fake_log_count("launch be_waves ", "grid=40x1x1"), 0u) << "the original ran";
+  }
+}
+
 TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   const char *Expect = std::getenv("TEST_EXPECT_NARROW");
   ASSERT_NE(Expect, nullptr) << "set TEST_EXPECT_NARROW to 0 or 1";
