@@ -237,11 +237,10 @@ bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) co
   // As a client of below-normal priority, an original of short waves: an
   // arriving HP kernel waits for its running blocks only, one short wave
   // at most, and the GPU starts none of its later blocks before HP's (on
-  // an H100 beside hp-serve's requests of 8 one-wave kernels, be-spin's 10
-  // us blocks run plainly by such a client kept HP's median within 5 us of
-  // HP alone under MPS and 0.94 of BE, where Tally's narrow PTB launches of
-  // it took 13 us and kept 0.78; its 22 us blocks chosen as originals cost
-  // HP's median 61 us more than narrow PTB launches: Config::BesideWaveUs).
+  // an H200 beside hp-serve's requests of 8 one-wave kernels, be-spin's 10
+  // us blocks chosen so kept 0.88 of BE against 0.79 as narrow PTB
+  // launches, for an HP median 4-9 us higher: off by default,
+  // Config::BesideWaveUs).
   if (C.F == Form::Original && Cfg.BlocksFirst && Cfg.BesideWaveUs > 0 && S.OrigPerSM > 0) {
     const double Wave = waitUs(S, C, Ns);
     if (Wave <= Cfg.BesideWaveUs && double(marginNs(Wave)) <= Cfg.TurnaroundUs * 1e3)

@@ -5,10 +5,12 @@
 #      comes from the sender sleeping between requests? Sleeping and
 #      spinning (--spin-arrival), interleaved, ROUNDS rounds of HP_SECONDS.
 #   2. be-spin of 10 us blocks beside hp-serve under MPS: plain MPS client
-#      priorities, Tally with MPS (its default: an original of waves within
-#      --beside-wave-us runs beside HP) and Tally with MPS with that rule off
-#      (TALLY_BESIDE_WAVE_US=0: narrow PTB launches, as before), HP spinning
-#      between requests, each Tally run with a warm profile of its own.
+#      priorities, Tally with MPS (its default: narrow PTB launches beside
+#      HP) and Tally with MPS choosing originals of short waves
+#      (TALLY_BESIDE_WAVE_US=15: the original at full width beside HP), HP
+#      spinning between requests, each Tally run with a warm profile of its
+#      own. (The sixteenth round ran this with the opposite default, 15, and
+#      a variant wave0=TALLY_BESIDE_WAVE_US=0.)
 # Usage: scripts/debug/beside-wave.sh [DIR]   (DIR default .carry/runtime)
 # Environment: OUT (default gpu-out), HP_SECONDS (default 8), ROUNDS
 # (default 2). Writes OUT/alone.tsv (mode, round, p50, p99, p999, mean us),
@@ -41,7 +43,7 @@ for ((i = 1; i <= ROUNDS; i++)); do
 done
 echo "== co-located: be-spin 10 us blocks, MPS client priorities and Tally with MPS"
 OUT="$OUT/colo" HP_ARRIVAL=spin HP_SECONDS=$HP_S SYSTEMS="mps-prio tally-mps" BE_CONFS=be10 \
-  PROFILE=warm WARMUP_SECONDS=5 TALLY_MPS_VARIANTS="wave0=TALLY_BESIDE_WAVE_US=0" \
+  PROFILE=warm WARMUP_SECONDS=5 TALLY_MPS_VARIANTS="wave15=TALLY_BESIDE_WAVE_US=15" \
   scripts/gpu-colocate.sh --quick "$R"
 rc=$?
 tar -C "$OUT" -cJf "$OUT/colo.tar.xz" colo && rm -rf "$OUT/colo"
@@ -51,7 +53,7 @@ tar -C "$OUT" -cJf "$OUT/colo.tar.xz" colo && rm -rf "$OUT/colo"
   echo
   echo "hp-serve alone, Poisson at $rate req/s (half of $cap), $HP_S s per run:"
   echo
-  column -t "$OUT/alone.tsv"
+  cat "$OUT/alone.tsv"
   echo
   echo "gpu-colocate.sh exit status $rc (its report is in colo.tar.xz: colo/colocate.csv)"
 } >"$OUT/summary.md"

@@ -97,8 +97,8 @@ const char *Variables =
     "                     wave of workers beside HP (default 50; 0: it leaves)\n"
     "  TALLY_BESIDE_WAVE_US  under MPS as a client of below-normal priority, a BE\n"
     "                     kernel whose original runs in waves of at most this many\n"
-    "                     us runs as the original beside HP (default 15; 0: chosen\n"
-    "                     by the original's whole time only)\n"
+    "                     us runs as the original beside HP (default 0: chosen by\n"
+    "                     the original's whole time only)\n"
     "  TALLY_WIDEN_US     a narrow PTB launch takes all its workers back after HP was\n"
     "                     quiet this long (default 1000)\n"
     "  TALLY_SHM_DIR      folder of the per-GPU segment (default /dev/shm)\n"
@@ -487,7 +487,7 @@ int main(int Argc, char **Argv) {
                 "set, a best-effort process becomes an MPS client of below-normal priority, "
                 "1, so that the GPU gives HP's waiting blocks the SMs first; no effect "
                 "without MPS)");
-  unsigned BesidePtb = 50, WidenUs = 1000, BesideWaveUs = 15;
+  unsigned BesidePtb = 50, WidenUs = 1000, BesideWaveUs = 0;
   Run->add_option("--beside-ptb-percent", BesidePtb,
                   "best-effort, under MPS: while HP works, a PTB launch keeps this percentage "
                   "of a full wave of workers (at least one) beside HP's kernels instead of "
@@ -498,8 +498,9 @@ int main(int Argc, char **Argv) {
                   "best-effort, under MPS as a client of below-normal priority: a kernel "
                   "whose original runs in waves of at most this many microseconds (measured) "
                   "runs as the original beside HP rather than as a variant; the GPU starts "
-                  "HP's waiting blocks first, so HP waits for one such wave at most (default "
-                  "15; 0: an original is chosen by its whole time only)")
+                  "HP's waiting blocks first, so HP waits for one such wave at most; more BE "
+                  "throughput for some HP latency (default 0: an original is chosen by its "
+                  "whole time only; docs/runtime.md)")
       ->check(CLI::Range(0u, 1000u));
   Run->add_option("--widen-us", WidenUs,
                   "best-effort, under MPS: a PTB launch running narrow beside HP takes all its "

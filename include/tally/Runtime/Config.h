@@ -34,7 +34,7 @@
 //                    (default 100)
 //   TALLY_BESIDE_WAVE_US  as an MPS client of below-normal priority, a
 //                    kernel whose original runs in waves of at most this
-//                    long is run as the original beside HP (default 15; 0:
+//                    long is run as the original beside HP (default 0:
 //                    chosen by the original's whole time only)
 //   TALLY_SILENCE_MS after this long without HP activity BE kernels run as
 //                    originals at full speed (default 100)
@@ -183,15 +183,16 @@ struct Config {
   /// measured time over its waves) is chosen as the original, which runs
   /// beside HP at full width, rather than a variant: the GPU starts HP's
   /// waiting blocks before any of BE's, so an arriving HP kernel waits for
-  /// one such wave at most, and a preemptible form would cost BE its
-  /// overhead and HP its share of the SMs for nothing (Policy::withinTarget).
-  /// 0: an original is chosen by its whole time only. The default lies
-  /// between two measurements on an H100 beside hp-serve (requests of 8
-  /// one-wave kernels): be-spin's 10 us blocks run plainly by such a client kept
-  /// HP's median within 5 us of HP alone under MPS and 0.94 of BE, where
-  /// narrow PTB launches took 13 us and kept 0.78; its 22 us blocks as
-  /// originals took HP's median 61 us above narrow PTB launches'.
-  uint32_t BesideWaveUs = 15;
+  /// one such wave at most, and BE is spared a variant's overhead
+  /// (Policy::withinTarget).
+  /// 0 (the default): an original is chosen by its whole time only. Off by
+  /// default because HP pays for it: on an H200 beside hp-serve (requests
+  /// of 8 one-wave kernels), be-spin's 10 us blocks chosen so (15) kept
+  /// 0.88 of BE where narrow PTB launches kept 0.79, but HP's median was
+  /// 216 us in both runs against 212 and 208, its p99 880 and 884 against
+  /// 867 and 846 (two runs, 2026-11-27); its 22 us blocks chosen so took
+  /// HP's median 61 us above narrow PTB launches' on an H100 (2026-11-25).
+  uint32_t BesideWaveUs = 0;
   /// A narrow PTB launch gets its full width back once HP has been idle
   /// this long (at least the idle window).
   uint64_t WidenUs = 1000;

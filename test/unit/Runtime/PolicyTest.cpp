@@ -923,10 +923,10 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   EXPECT_NE(E.find("TALLY_BESIDE_PTB_PERCENT"), std::string::npos) << E;
   C = configOf({{"TALLY_WIDEN_US", "soon"}}, E);
   EXPECT_FALSE(C.Enabled);
-  EXPECT_EQ(configOf({}, E).BesideWaveUs, 15u);
-  C = configOf({{"TALLY_BESIDE_WAVE_US", "0"}}, E);
+  EXPECT_EQ(configOf({}, E).BesideWaveUs, 0u);
+  C = configOf({{"TALLY_BESIDE_WAVE_US", "15"}}, E);
   EXPECT_TRUE(C.Enabled) << E;
-  EXPECT_EQ(C.BesideWaveUs, 0u);
+  EXPECT_EQ(C.BesideWaveUs, 15u);
   for (const char *Bad : {"1001", "12.5", "-1", "short"}) {
     C = configOf({{"TALLY_BESIDE_WAVE_US", Bad}}, E);
     EXPECT_FALSE(C.Enabled) << Bad;

@@ -1518,8 +1518,8 @@ TEST(ScheduleBe, AClusterLaunchNeverTakesTheShapesVariant) {
 // CUDA_MPS_CLIENT_PRIORITY=1, FAKE_ELAPSED_US=50: 40 blocks in 5 waves of 8,
 // 10 us each) is chosen as the original after the original's two
 // measurements (no variant is measured) and runs as the original beside a
-// working HP (TEST_EXPECT_ORIGINAL=1). With TALLY_BESIDE_WAVE_US=0 its
-// variants are measured and PTB is chosen: the launch made while HP works
+// working HP with TALLY_BESIDE_WAVE_US=15 (TEST_EXPECT_ORIGINAL=1). By
+// default (0) its variants are measured and PTB is chosen: the launch made while HP works
 // runs the PTB variant, narrow (TEST_EXPECT_ORIGINAL=0). Every block once.
 TEST(ScheduleBe, ShortWavesRunAsTheOriginalBesideHp) {
   const std::string Expect = env("TEST_EXPECT_ORIGINAL");

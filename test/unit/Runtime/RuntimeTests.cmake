@@ -234,8 +234,8 @@ endforeach()
 set_tests_properties(runtime-schedule-beside-hp-no-mps PROPERTIES
   PASS_REGULAR_EXPRESSION "an HP process is not an MPS client")
 # As a client of below-normal priority, a kernel with variants whose
-# original runs in 10 us waves runs as the original beside HP
-# (TALLY_BESIDE_WAVE_US, default 15); with the rule off, as a narrow PTB
+# original runs in 10 us waves runs as the original beside HP with
+# TALLY_BESIDE_WAVE_US=15; by default (0, the rule off), as a narrow PTB
 # launch.
 function(tally_short_waves_test NAME EXPECT ENV)
   add_test(NAME runtime-schedule-${NAME}
@@ -244,8 +244,8 @@ function(tally_short_waves_test NAME EXPECT ENV)
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${NAME};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=50;CUDA_MPS_CLIENT_PRIORITY=1;TEST_EXPECT_ORIGINAL=${EXPECT}${ENV}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endfunction()
-tally_short_waves_test(short-waves 1 "")
-tally_short_waves_test(short-waves-off 0 ";TALLY_BESIDE_WAVE_US=0")
+tally_short_waves_test(short-waves 1 ";TALLY_BESIDE_WAVE_US=15")
+tally_short_waves_test(short-waves-off 0 "")
 add_test(NAME runtime-schedule-beside-revoked
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideKernelThatRunsLongIsHeldAgain)
 set_tests_properties(runtime-schedule-beside-revoked PROPERTIES
