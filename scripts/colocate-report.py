@@ -9,9 +9,17 @@ OUT/colocate/checks.tsv and OUT/colocate/device.txt. Writes OUT/colocate.csv
 (system, be_block_us, hp_p50, hp_p99, hp_p999, hp_mean, be_rate,
 be_rate_fraction_of_alone, notes, hp_served_fraction, system_throughput,
 be_preemptions, be_preempt_p50_us, be_preempt_p99_us, be_preempt_max_us,
-be_share_preemptible, be_preempt_gpu_p50_us, be_preempt_gpu_p99_us, after `#` lines with the device, date and driver) and prints the same as
-markdown (without the preemption columns, which the notes summarize), with
-the checks.
+be_share_preemptible, be_preempt_gpu_p50_us, be_preempt_gpu_p99_us,
+hp_p50_over_alone, hp_p99_over_alone, hp_p999_over_alone, after `#` lines
+with the device, date and driver) and prints the same as markdown (without
+the preemption columns, which the notes summarize, and with the p99 and
+p99.9 overheads as percentages), with the checks.
+
+The overheads over HP alone are fractions (0.123: 12.3 % slower) of each
+percentile against the first row of system `alone` without BE (the same
+row for all three), signed; empty for that row itself, the closed-loop
+rows (`-closed`), rows without HP latencies (BE alone) and where there is
+no HP alone. HP alone under Tally or MPS has them: that system's own cost.
 
 System throughput, as in the Tally paper: the sum of the two jobs'
 throughputs, each normalized to the job alone: HP's share of its requests
@@ -307,11 +315,22 @@ def main():
             "be_preempt_gpu_p99_us": pre.get("gpu_p99"), "notes": "; ".join(notes),
         })
 
+    # HP alone: the reference of every row's overheads.
+    alone = next((x for x in rows if x["system"] == "alone" and x["be"] == "none"
+                  and x["hp_p99"]), None)
+    for row in rows:
+        for q in ("hp_p50", "hp_p99", "hp_p999"):
+            row[q + "_over_alone"] = None
+            if (alone and row is not alone and not row["system"].endswith("-closed")
+                    and row[q] is not None and alone[q]):
+                row[q + "_over_alone"] = row[q] / alone[q] - 1
+
     cols = ["system", "be_block_us", "hp_p50", "hp_p99", "hp_p999", "hp_mean",
             "be_rate", "be_rate_fraction_of_alone", "notes", "hp_served_fraction",
             "system_throughput", "be_preemptions", "be_preempt_p50_us",
             "be_preempt_p99_us", "be_preempt_max_us", "be_share_preemptible",
-            "be_preempt_gpu_p50_us", "be_preempt_gpu_p99_us"]
+            "be_preempt_gpu_p50_us", "be_preempt_gpu_p99_us", "hp_p50_over_alone",
+            "hp_p99_over_alone", "hp_p999_over_alone"]
     csv_path = os.path.join(out, "colocate.csv")
     with open(csv_path, "w", newline="") as f:
         for line in header:
@@ -329,28 +348,26 @@ def main():
                 fmt(row["be_preempt_p50_us"]), fmt(row["be_preempt_p99_us"]),
                 fmt(row["be_preempt_max_us"]), fmt(row["be_share_preemptible"], 3),
                 fmt(row["be_preempt_gpu_p50_us"]), fmt(row["be_preempt_gpu_p99_us"]),
+                fmt(row["hp_p50_over_alone"], 3), fmt(row["hp_p99_over_alone"], 3),
+                fmt(row["hp_p999_over_alone"], 3),
             ])
 
-    alone = next((x for x in rows if x["system"] == "alone" and x["be"] == "none"
-                  and x["hp_p99"]), None)
     print("## Co-location: HP latency and BE throughput")
     print()
     for line in header:
         print(f"- {line}")
     print()
     print("| system | BE | HP p50 us | HP p99 us | HP p999 us | HP mean us | "
-          "p99 vs HP alone | BE rate /s | BE kept | system | notes |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "p99 vs HP alone | p99.9 vs HP alone | BE rate /s | BE kept | system | notes |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for row in rows:
-        vs = ""
-        if (alone and row["hp_p99"] is not None and row is not alone
-                and not row["system"].endswith("-closed")):
-            vs = f"{100 * (row['hp_p99'] / alone['hp_p99'] - 1):+.1f} %"
+        vs, vs999 = ("" if row[q] is None else f"{100 * row[q]:+.1f} %"
+                     for q in ("hp_p99_over_alone", "hp_p999_over_alone"))
         be = {"none": "-", "gpt": "train-gpt", "torch": "train.py (PyTorch)",
               "triton": "train_gpt.py (Triton)"}.get(
             row["be"], f"{row['be_block_us']} us blocks")
         cells = [row["system"], be, fmt(row["hp_p50"]), fmt(row["hp_p99"]),
-                 fmt(row["hp_p999"]), fmt(row["hp_mean"]), vs,
+                 fmt(row["hp_p999"]), fmt(row["hp_mean"]), vs, vs999,
                  fmt(row["be_rate"]), fmt(row["be_rate_fraction_of_alone"], 3),
                  fmt(row["system_throughput"], 2), row["notes"].replace("|", "/")]
         print("| " + " | ".join(cells) + " |")

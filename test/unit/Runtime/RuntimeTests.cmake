@@ -460,13 +460,15 @@ add_test(NAME stats-timing-compare
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-stats-timing-compare.py
           ${PROJECT_SOURCE_DIR}/scripts/stats-timing-compare.py)
 # scripts/colocate-report.py (the co-location benchmark's report) on a
-# made-up run: BE kept, HP served, system throughput, preemption columns.
+# made-up run: BE kept, HP served, system throughput, preemption columns,
+# p50, p99 and p99.9 over HP alone.
 add_test(NAME colocate-report
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-colocate-report.py
           ${PROJECT_SOURCE_DIR}/scripts/colocate-report.py)
 # scripts/gpu-colocate-suite.py (the whole evaluation in one command) with
 # fake workloads, a fake `tally run` and no GPU: its windows, rows, reports,
-# the loss check failing on a changed loss, MPS asked for without MPS.
+# the loss check failing on a changed loss, MPS asked for without MPS; its
+# Goals table on made-up rows.
 add_test(NAME colocate-suite
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-colocate-suite.py
           ${PROJECT_SOURCE_DIR})

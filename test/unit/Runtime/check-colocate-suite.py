@@ -9,7 +9,12 @@ out (and, asked for, fail with a clear check).
 
 Checks: every window of every pair and system became a row of each service's
 report, with HP latencies and BE rates (a BE at a steady rate keeps about
-all of it); the merged report and CSV; the loss checks pass for identical
+all of it) and p50, p99 and p99.9 over HP alone (computed here from the
+rows' percentiles); the merged report and CSV, its Goals rows computed here
+from the CSV's rows (p99.9 over alone, system throughput, no preemptions:
+"none made" and the preemption goal not measured); Suite.goals on made-up
+rows (preemptions on the GPU's and the host's clock, the share of BE GPU
+time preemptible, a goal missed by how much); the loss checks pass for identical
 losses and fail (exit 1) when the transformed training's loss differs at one
 step; asking for MPS without its control program fails with a check.
 
@@ -17,6 +22,7 @@ Usage: check-colocate-suite.py SRC
 """
 
 import csv
+import importlib.util
 import os
 import subprocess
 import sys
@@ -172,10 +178,47 @@ def ours(tmp):
     return found
 
 
+def over(rows, alone, col):
+    """Mean / worst of col's overheads over alone's, as the Goals table writes them."""
+    v = [float(r[col]) / float(alone[r["hp"]][col]) - 1 for r in rows]
+    return f"{100 * sum(v) / len(v):+.0f} % / {100 * max(v):+.0f} %"
+
+
+def check_goals(src):
+    """Suite.goals on made-up rows: two Tally pairs (preemption p99 12 us on
+    the GPU's clock, 30 us host-observed only), one time-slicing pair (no
+    preemptions)."""
+    spec = importlib.util.spec_from_file_location(
+        "suite", os.path.join(src, "scripts/gpu-colocate-suite.py"))
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    cols = ["hp", "system", "hp_p50", "hp_p99", "hp_p999", "be_rate_fraction_of_alone",
+            "system_throughput", "be_share_preemptible", "be_preempt_p99_us",
+            "be_preempt_gpu_p99_us"]
+    rows = [cols,
+            ["bert", "alone", "100", "200", "400", "", "", "", "", ""],
+            ["bert", "tally", "110", "220", "500", "0.500", "1.400", "0.600", "20.0", "12.0"],
+            ["bert", "tally", "90", "180", "420", "0.700", "1.600", "0.500", "30.0", ""],
+            ["bert", "timeslice", "150", "200", "400", "0.800", "1.800", "", "", ""]]
+    text = "\n".join(suite.Suite.goals(rows))
+    # p99 +10 % and -10 %, p99.9 +25 % and +5 %, p50 +10 % and -10 %.
+    for needle in ("| tally | 2 | +0 % / +10 % | +15 % / +25 % | +0 % / +10 % | 0.60 / 0.50 | "
+                   "1.50 | 55.0 % | 30 (host clock; 1 of 2 on the host clock) | missed: "
+                   "worst p99 2 points over; least BE kept 0.10 under; preemption p99 15 us "
+                   "over |",
+                   "| timeslice | 1 | +0 % / +0 % | +0 % / +0 % | +50 % / +50 % | 0.80 / 0.80 | "
+                   "1.80 | - | none made | p99 and BE goals met; preemption goal not measured "
+                   "(no preemptions) |",
+                   "negative ones (pairs faster than the single HP-alone window) are included"):
+        if needle not in text:
+            fail(f"Suite.goals lacks '{needle}':\n{text}")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: check-colocate-suite.py SRC")
     src = sys.argv[1]
+    check_goals(src)
     with tempfile.TemporaryDirectory() as tmp:
         write(f"{tmp}/pylib/torch/__init__.py",
               "__version__ = 'fake'\nclass version:\n    cuda = 'none'\n"
@@ -217,7 +260,34 @@ def main():
                 # bound: the host's scheduling varies).
                 if not 0.5 < kept < 1.5:
                     fail(f"BE kept {kept} in {x['hp']} {x['system']} {x['be_block_us']}")
+        # Overheads over HP alone: from the rows' percentiles (rounded to
+        # 0.1 us in the CSV), empty where there is nothing to compare.
+        alone = {x["hp"]: x for x in rows if x["system"] == "alone"}
+        for x in rows:
+            for q in ("hp_p50", "hp_p99", "hp_p999"):
+                got = x[q + "_over_alone"]
+                if x["system"] in ("alone", "alone-closed") or not x[q]:  # BE alone
+                    if got != "":
+                        fail(f"{q}_over_alone '{got}' in {x}")
+                    continue
+                want = float(x[q]) / float(alone[x["hp"]][q]) - 1
+                if not got or abs(float(got) - want) > 0.002:
+                    fail(f"{q}_over_alone '{got}', want {want:.3f}, in {x}")
         report = open(f"{out}/all-report.md").read()
+        # The Goals rows, from the CSV's rows (the fake `tally run` writes
+        # statistics without preemptions or timing).
+        for system in ("timeslice", "tally"):
+            pairs = [x for x in rows if x["system"] == system]
+            kept = [float(x["be_rate_fraction_of_alone"]) for x in pairs]
+            thr = [float(x["system_throughput"]) for x in pairs]
+            row = (f"| {system} | 6 | {over(pairs, alone, 'hp_p99')} | "
+                   f"{over(pairs, alone, 'hp_p999')} | {over(pairs, alone, 'hp_p50')} | "
+                   f"{sum(kept) / len(kept):.2f} / {min(kept):.2f} | "
+                   f"{sum(thr) / len(thr):.2f} | - | none made | ")
+            if row not in report or "preemption goal not measured (no preemptions) |" not in \
+                    report.split(row, 1)[1].split("\n", 1)[0]:
+                fail(f"all-report.md's Goals lack '{row}... preemption goal not measured':\n"
+                     f"{report[-3000:]}")
         for needle in ("# resnet50", "# bert", "| tally-gpt: BE losses | PASS |",
                        "| tally-triton: BE losses | PASS |", "Failures: 0",
                        "Phases: triton caches", "# Goals", "| tally | 6 | ",
