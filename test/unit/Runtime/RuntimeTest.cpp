@@ -766,6 +766,24 @@ bool launchedBesideHp(tally::rt::Segment &Hp, uint64_t Seq, CUfunction K, std::v
   return Beside;
 }
 
+/// Launches \p K (40 blocks) \p Times times with \p Launch while \p Hp is
+/// quiet, each synced, its PTB launches (if any) left behind by the runtime
+/// thread, and checked to have run every block once; \p Hp beats after
+/// each. For measuring a shape's forms until the choice.
+void launchesWhileHpQuiet(tally::rt::Segment &Hp, LaunchFn Launch, CUfunction K, int Times) {
+  for (int I = 0; I < Times; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(Launch(K, Out, 40, nullptr), CUDA_SUCCESS);
+    fake_sync();
+    for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+      usleep(1000);
+    fake_sync();
+    expectEachBlockOnce(Out);
+    bool Rejoined = false;
+    Hp.heartbeat(tally::rt::monotonicNs(), Rejoined);
+  }
+}
+
 /// A BE process's kernel \p K without variants, under MPS: the first launch
 /// joins the segment, an HP request of \p Hp comes and goes (Guarded mode
 /// from then on), then two measurements of the original while HP is idle
@@ -1482,17 +1500,7 @@ TEST(ScheduleBe, AClusterLaunchNeverTakesTheShapesVariant) {
   ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
   Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
   auto Run = [&](LaunchFn Launch, CUfunction K, int Times) {
-    for (int I = 0; I < Times; ++I) {
-      std::vector<int> Out(40);
-      ASSERT_EQ(Launch(K, Out, 40, nullptr), CUDA_SUCCESS);
-      fake_sync();
-      for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
-        usleep(1000);
-      fake_sync();
-      expectEachBlockOnce(Out);
-      bool Rejoined = false;
-      Hp->heartbeat(tally::rt::monotonicNs(), Rejoined);
-    }
+    launchesWhileHpQuiet(*Hp, Launch, K, Times);
   };
   Run(launchDirect, M.K, 16); // 7 candidates measured twice, then PTB chosen
   fake_log_clear();
@@ -1530,17 +1538,8 @@ TEST(ScheduleBe, ShortWavesRunAsTheOriginalBesideHp) {
   Module M("be_waves");
   ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
   Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
-  for (int I = 0; I < 16; ++I) { // measurements, then the choice
-    std::vector<int> Out(40);
-    ASSERT_EQ(launchDirect(M.K, Out, 40), CUDA_SUCCESS);
-    fake_sync();
-    for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
-      usleep(1000);
-    fake_sync();
-    expectEachBlockOnce(Out);
-    bool Rejoined = false;
-    Hp->heartbeat(tally::rt::monotonicNs(), Rejoined);
-  }
+  // Measurements, then the choice.
+  ASSERT_NO_FATAL_FAILURE(launchesWhileHpQuiet(*Hp, launchDirect, M.K, 16));
   EXPECT_EQ(fake_log_count("launch be_waves__tally_", "") == 0, Original)
       << (Original ? "a variant was measured though the original's waves are short"
                    : "no variant was measured");
