@@ -195,8 +195,8 @@ def stats_note(paths):
 def be_preemptions(paths):
     """The BE process's preemption latency summary (count, p50, p99, max,
     us: flag raised to workers gone; gpu_p50, gpu_p99 where the GPU timed
-    them: the flag landed to workers gone) from its stats JSON; {} without
-    one or without preemptions."""
+    them: the flag landed to workers gone) from its stats JSON; {"count": 0}
+    when it made none; {} without one."""
     for p in paths:
         if not p.endswith(".be.json") or not os.path.exists(p):
             continue
@@ -210,6 +210,8 @@ def be_preemptions(paths):
                 if isinstance(dev, dict) and dev.get("count"):
                     got["gpu_p50"], got["gpu_p99"] = dev.get("p50"), dev.get("p99")
                 return got
+            if isinstance(lat, dict) and lat.get("count") == 0:
+                return {"count": 0}
         except (OSError, ValueError, AttributeError):
             pass
     return {}

@@ -1006,6 +1006,7 @@ class Suite:
                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for system in ("timeslice", "streams", "tally", "mps", "mps-prio", "tally-mps"):
             p99s, p999s, p50s, kept, thr, share, pre = [], [], [], [], [], [], []
+            none_made = 0  # pairs whose BE statistics counted no preemption
             for r in rows:
                 a = alone.get(r["hp"])
                 if r["system"] != system or not a:
@@ -1029,6 +1030,8 @@ class Suite:
                     pre.append((gpu, "GPU clock"))
                 elif host is not None:
                     pre.append((host, "host clock"))
+                elif num(r.get("be_preemptions")) == 0:
+                    none_made += 1
             if not p99s:
                 continue
             m99, w99 = sum(p99s) / len(p99s), max(p99s)
@@ -1055,10 +1058,11 @@ class Suite:
                 pre_cell = "-"  # NVIDIA's mechanisms preempt nothing to time
                 verdict = "p99 and BE goals met" if not short else "missed: " + "; ".join(short)
             else:
-                pre_cell = "none made"
+                pre_cell = "none made" if none_made else "no statistics"
                 verdict = ("p99 and BE goals met" if not short
                            else "missed: " + "; ".join(short))
-                verdict += "; preemption goal not measured (no preemptions)"
+                verdict += ("; preemption goal not measured (no preemptions)" if none_made
+                            else "; preemption goal not measured (no statistics)")
             lines.append(
                 f"| {system} | {len(p99s)} | {over(p99s)} | {over(p999s)} | {over(p50s)} | "
                 + (f"{sum(kept) / len(kept):.2f} / {min(kept):.2f} | " if kept else " | ")

@@ -159,8 +159,15 @@ Policy::Measurement Policy::lookup(const ProfileKey &K, const std::string &Name)
 Choice Policy::choose(const LaunchShape &S) {
   auto D = Decided.find(S.Key);
   if (D != Decided.end()) {
-    ++Hits;
-    return D->second;
+    // An original chosen for its short waves, launched where its waves are
+    // not known (an HP process that is no MPS client: it would run whole,
+    // time-sliced against HP): chosen again without them.
+    if (!(ByWaves.count(S.Key) && S.OrigPerSM <= 0)) {
+      ++Hits;
+      return D->second;
+    }
+    Decided.erase(D);
+    ByWaves.erase(S.Key);
   }
   std::vector<Choice> Cands = candidates(S);
   const bool OnlyOriginal = Cands.size() == 1;
@@ -205,6 +212,10 @@ Choice Policy::choose(const LaunchShape &S) {
   }
   Choice C = Cands[Best];
   Decided[S.Key] = C;
+  if (shortWaves(S, C, Ms[Best].BestNs))
+    ByWaves.insert(S.Key);
+  else
+    ByWaves.erase(S.Key);
   Decision Made;
   Made.Key = S.Key;
   Made.Chosen = C.name();
@@ -241,11 +252,8 @@ bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) co
   // us blocks chosen so kept 0.88 of BE against 0.79 as narrow PTB
   // launches, for an HP median 4-9 us higher: off by default,
   // Config::BesideWaveUs).
-  if (C.F == Form::Original && Cfg.BlocksFirst && Cfg.BesideWaveUs > 0 && S.OrigPerSM > 0) {
-    const double Wave = waitUs(S, C, Ns);
-    if (Wave <= Cfg.BesideWaveUs && double(marginNs(Wave)) <= Cfg.TurnaroundUs * 1e3)
-      return true;
-  }
+  if (shortWaves(S, C, Ns))
+    return true;
   // Under MPS an original or sliced form within the target is one that
   // runs beside HP: besideOk's margin (a quarter to spare). One within the
   // target but not the margin would wait for HP to be idle at every launch,
@@ -257,6 +265,14 @@ bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) co
   // kernel (H100, be-spin of 22 us blocks: HP p50 286 us against 225 with
   // PTB launches kept to half a wave).
   return double(marginNs(Turn)) <= Cfg.TurnaroundUs * 1e3;
+}
+
+bool Policy::shortWaves(const LaunchShape &S, const Choice &C, uint64_t Ns) const {
+  if (C.F != Form::Original || !Cfg.Beside || !Cfg.BlocksFirst || Cfg.BesideWaveUs <= 0 ||
+      S.OrigPerSM <= 0 || NoBeside.count(S.Key))
+    return false;
+  const double Wave = waitUs(S, C, Ns);
+  return Wave <= Cfg.BesideWaveUs && double(marginNs(Wave)) <= Cfg.TurnaroundUs * 1e3;
 }
 
 uint64_t Policy::marginNs(double Us) { return static_cast<uint64_t>(Us * 1e3 * 1.25) + 1; }
@@ -289,7 +305,12 @@ bool Policy::besideChecked(const ProfileKey &K, uint64_t Ns) {
   static_assert(BesideCheckWindow <= 8, "the window's bits are one byte");
   if (NoBeside.count(K))
     return false;
-  const bool Over = double(Ns) > Cfg.TurnaroundUs * 1e3;
+  // Over the target; for an original chosen for its short waves, over the
+  // waves it was admitted for (with the same quarter of slack).
+  double LimitUs = Cfg.TurnaroundUs;
+  if (ByWaves.count(K))
+    LimitUs = std::min(LimitUs, Cfg.BesideWaveUs * 1.25);
+  const bool Over = double(Ns) > LimitUs * 1e3;
   ChecksOver += Over;
   uint8_t &Bits = CheckBits[K];
   Bits = static_cast<uint8_t>((Bits << 1) | (Over ? 1 : 0));
@@ -300,6 +321,7 @@ bool Policy::besideChecked(const ProfileKey &K, uint64_t Ns) {
     return false;
   NoBeside.insert(K);
   CheckBits.erase(K);
+  ByWaves.erase(K);
   // Chosen as able to run beside HP, it no longer is: choose again (under
   // MPS an original or slices revoked so are not within the target).
   Decided.erase(K);

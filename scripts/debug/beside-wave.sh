@@ -34,6 +34,7 @@ for ((i = 1; i <= ROUNDS; i++)); do
     extra=()
     [[ $mode == spin ]] && extra=(--spin-arrival)
     line=$("${hp[@]}" --rate "$rate" --duration "$HP_S" "${extra[@]}" | grep '^hp: requests')
+    [[ -n $line ]] || { echo "beside-wave: hp-serve ($mode) printed no result" >&2; exit 1; }
     echo "$mode $i: $line"
     # hp: requests N rate R p50 X p99 Y p999 Z mean M max W us
     read -r p50 p99 p999 mean < <(awk '{for (k = 1; k < NF; k++) v[$k] = $(k + 1);

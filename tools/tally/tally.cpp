@@ -498,7 +498,8 @@ int main(int Argc, char **Argv) {
                   "best-effort, under MPS as a client of below-normal priority: a kernel "
                   "whose original runs in waves of at most this many microseconds (measured) "
                   "runs as the original beside HP rather than as a variant; the GPU starts "
-                  "HP's waiting blocks first, so HP waits for one such wave at most; more BE "
+                  "HP's waiting blocks first, so HP waits for one such wave at most (a wave "
+                  "with a quarter more must be within --turnaround-us); more BE "
                   "throughput for some HP latency (default 0: an original is chosen by its "
                   "whole time only; docs/runtime.md)")
       ->check(CLI::Range(0u, 1000u));

@@ -184,7 +184,8 @@ struct Config {
   /// beside HP at full width, rather than a variant: the GPU starts HP's
   /// waiting blocks before any of BE's, so an arriving HP kernel waits for
   /// one such wave at most, and BE is spared a variant's overhead
-  /// (Policy::withinTarget).
+  /// (Policy::withinTarget). A wave with a quarter more must also be within
+  /// TurnaroundUs (so at most 25 us at the default 31.6).
   /// 0 (the default): an original is chosen by its whole time only. Off by
   /// default because HP pays for it: on an H200 beside hp-serve (requests
   /// of 8 one-wave kernels), be-spin's 10 us blocks chosen so (15) kept

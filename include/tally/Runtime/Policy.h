@@ -333,6 +333,9 @@ private:
   /// small enough to run beside HP for its size (besideSmall), which
   /// needs only its turnaround within the target as before.
   bool withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) const;
+  /// Is \p C for \p S, taking \p Ns, an original within the target for its
+  /// short waves alone (BesideWaveUs)?
+  bool shortWaves(const LaunchShape &S, const Choice &C, uint64_t Ns) const;
   /// How long an arriving HP kernel may wait for one launch of \p C for
   /// \p S, with a quarter more (its turnaround; for slices, one slice); 0
   /// when not measured.
@@ -349,6 +352,11 @@ private:
   std::map<std::pair<ProfileKey, std::string>, Measurement> Local;
   /// Decisions made from complete profiles.
   std::map<ProfileKey, Choice> Decided;
+  /// Decided as the original for its short waves (shortWaves): a choice
+  /// that holds only while its waves are known (the original's occupancy,
+  /// which the runtime asks only where MPS rules apply), and whose
+  /// re-timing checks are held to BesideWaveUs (besideChecked).
+  std::set<ProfileKey> ByWaves;
   std::set<ProfileKey> NoBeside;
   /// Per shape allowed beside HP: its last checks, one bit each (1: over
   /// the target), the latest lowest.

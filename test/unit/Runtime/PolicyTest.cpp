@@ -388,7 +388,9 @@ TEST(PolicyChoice, BlocksFirstStillChoosesByTheWholeTime) {
 // variant is timed) and goes beside HP. Not so: waves of 20 us (over the
 // 15), the rule off (0), a turnaround target that 10 us with a quarter
 // more exceeds (12 us), normal priority, an unknown occupancy, or a shape
-// revoked from beside HP (besideChecked), which chooses again.
+// revoked from beside HP (besideChecked, here held to the 15 us it was
+// admitted for), which chooses again; nor does the choice hold where the
+// waves are no longer known.
 TEST(PolicyChoice, ShortWavesOfAnOriginalRunBesideHp) {
   PolicyConfig Cfg;
   Cfg.BlocksFirst = true;
@@ -417,14 +419,31 @@ TEST(PolicyChoice, ShortWavesOfAnOriginalRunBesideHp) {
     ASSERT_EQ(P.decisions().size(), 1u);
     EXPECT_TRUE(P.decisions()[0].MeetsTarget);
     EXPECT_DOUBLE_EQ(P.decisions()[0].WaitUs, 10.0);
-    // Revoked from beside HP (timed over the target too often): chosen
-    // again by its whole time, a variant.
+    // Re-timed waves of 20 us: within the turnaround target, but over the
+    // 15 us it was admitted for (with a quarter of slack, 18.75): revoked,
+    // then chosen again among its variants.
     bool Revoked = false;
     for (unsigned I = 0; I < 8 && !Revoked; ++I)
-      Revoked = P.besideChecked(S.Key, 40 * Us);
+      Revoked = P.besideChecked(S.Key, 20 * Us);
     ASSERT_TRUE(Revoked);
     Choice Again = profile(P, S, Time);
     EXPECT_EQ(Again.F, Form::Ptb) << Again.name();
+  }
+  {
+    // Waves of 18 us re-timed (within the slack): never revoked.
+    Policy P(Cfg);
+    ASSERT_EQ(profile(P, S, Time).F, Form::Original);
+    for (unsigned I = 0; I < 16; ++I)
+      EXPECT_FALSE(P.besideChecked(S.Key, 18 * Us)) << I;
+    // Launched where its waves are not known (an HP process that is no MPS
+    // client: the runtime does not ask the original's occupancy), the
+    // choice made for them does not hold: its variants are measured and one
+    // is chosen.
+    LaunchShape NoWaves = S;
+    NoWaves.OrigPerSM = 0;
+    Choice C = P.choose(NoWaves);
+    EXPECT_TRUE(C.Measuring && C.F != Form::Original) << C.name();
+    EXPECT_EQ(profile(P, NoWaves, Time).F, Form::Ptb);
   }
   auto ChoiceWith = [&](PolicyConfig C, LaunchShape L) { Policy P(C); return profile(P, L, Time); };
   LaunchShape Long = S;
