@@ -212,7 +212,10 @@ Choice Policy::choose(const LaunchShape &S) {
   }
   Choice C = Cands[Best];
   Decided[S.Key] = C;
-  if (shortWaves(S, C, Ms[Best].BestNs))
+  // (For its waves alone: an original short as a whole is chosen so by
+  // the whole-time rule, which holds without its waves.)
+  if (shortWaves(S, C, Ms[Best].BestNs) &&
+      double(marginNs(turnaroundUs(S, C, Ms[Best].BestNs))) > Cfg.TurnaroundUs * 1e3)
     ByWaves.insert(S.Key);
   else
     ByWaves.erase(S.Key);

@@ -445,6 +445,20 @@ TEST(PolicyChoice, ShortWavesOfAnOriginalRunBesideHp) {
     EXPECT_TRUE(C.Measuring && C.F != Form::Original) << C.name();
     EXPECT_EQ(profile(P, NoWaves, Time).F, Form::Ptb);
   }
+  {
+    // An original short as a whole (one wave of 10 us) is chosen by the
+    // whole-time rule, not for its waves: its re-timing checks keep the
+    // target as their limit.
+    Policy P(Cfg);
+    LaunchShape One = S;
+    One.Key.Kernel = "one-wave";
+    One.Key.Grid[0] = 132 * 4;
+    One.Blocks = 132 * 4;
+    ASSERT_EQ(profile(P, One, [](const Choice &) -> uint64_t { return 10 * Us; }).F,
+              Form::Original);
+    for (unsigned I = 0; I < 16; ++I)
+      EXPECT_FALSE(P.besideChecked(One.Key, 20 * Us)) << I;
+  }
   auto ChoiceWith = [&](PolicyConfig C, LaunchShape L) { Policy P(C); return profile(P, L, Time); };
   LaunchShape Long = S;
   Long.Blocks = 132 * 4 * 50; // 50 waves of 20 us
