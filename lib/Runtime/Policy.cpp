@@ -162,7 +162,7 @@ Choice Policy::choose(const LaunchShape &S) {
     // An original chosen for its short waves, launched where its waves are
     // not known (an HP process that is no MPS client: it would run whole,
     // time-sliced against HP): chosen again without them.
-    if (!(ByWaves.count(S.Key) && S.OrigPerSM <= 0)) {
+    if (S.OrigPerSM > 0 || !ByWaves.count(S.Key)) {
       ++Hits;
       return D->second;
     }
@@ -214,8 +214,7 @@ Choice Policy::choose(const LaunchShape &S) {
   Decided[S.Key] = C;
   // (For its waves alone: an original short as a whole is chosen so by
   // the whole-time rule, which holds without its waves.)
-  if (shortWaves(S, C, Ms[Best].BestNs) &&
-      double(marginNs(turnaroundUs(S, C, Ms[Best].BestNs))) > Cfg.TurnaroundUs * 1e3)
+  if (shortWaves(S, C, Ms[Best].BestNs) && !withinMargin(turnaroundUs(S, C, Ms[Best].BestNs)))
     ByWaves.insert(S.Key);
   else
     ByWaves.erase(S.Key);
@@ -267,7 +266,7 @@ bool Policy::withinTarget(const LaunchShape &S, const Choice &C, uint64_t Ns) co
   // hp-serve's requests of 8 one-wave kernels wait for BE blocks at each
   // kernel (H100, be-spin of 22 us blocks: HP p50 286 us against 225 with
   // PTB launches kept to half a wave).
-  return double(marginNs(Turn)) <= Cfg.TurnaroundUs * 1e3;
+  return withinMargin(Turn);
 }
 
 bool Policy::shortWaves(const LaunchShape &S, const Choice &C, uint64_t Ns) const {
@@ -275,7 +274,7 @@ bool Policy::shortWaves(const LaunchShape &S, const Choice &C, uint64_t Ns) cons
       S.OrigPerSM <= 0 || NoBeside.count(S.Key))
     return false;
   const double Wave = waitUs(S, C, Ns);
-  return Wave <= Cfg.BesideWaveUs && double(marginNs(Wave)) <= Cfg.TurnaroundUs * 1e3;
+  return Wave <= Cfg.BesideWaveUs && withinMargin(Wave);
 }
 
 uint64_t Policy::marginNs(double Us) { return static_cast<uint64_t>(Us * 1e3 * 1.25) + 1; }

@@ -345,6 +345,8 @@ private:
   /// \p Us in ns with a quarter more, rounded up: the margin of the rules
   /// for running beside HP.
   static uint64_t marginNs(double Us);
+  /// \p Us with a quarter more within the target (the margin above).
+  bool withinMargin(double Us) const { return double(marginNs(Us)) <= Cfg.TurnaroundUs * 1e3; }
 
   PolicyConfig Cfg;
   ProfileCache *Cache;
