@@ -73,6 +73,9 @@
 #   HP_ARRIVAL   hp-serve: sleep (default) or spin between requests (its
 #                --spin-arrival: a service that polls for work; a sleeping
 #                sender wakes late on some virtual machines)
+#   HP_TRACE     hp-serve: 1 writes per run NAME.hp-gpu.csv, where each
+#                request's time went on the GPU's clock (its --gpu-trace;
+#                scripts/debug/hp-parts.py tabulates them); default 0
 #   HP_MODEL     empty (default): HP is hp-serve; resnet50 or bert: HP is
 #                `serve.py --model HP_MODEL` (PyTorch; see PYTHON)
 #   HP_SECONDS   HP's measurement window per run, s (default 15, with
@@ -338,6 +341,9 @@ HP_BLOCK_US=${HP_BLOCK_US:-20}
 HP_KERNELS=${HP_KERNELS:-8}
 HP_ARRIVAL=${HP_ARRIVAL:-sleep}
 [[ $HP_ARRIVAL == sleep || $HP_ARRIVAL == spin ]] || die "HP_ARRIVAL '$HP_ARRIVAL': sleep or spin"
+HP_TRACE=${HP_TRACE:-0}
+[[ $HP_TRACE == 0 || $HP_TRACE == 1 ]] || die "HP_TRACE '$HP_TRACE': 0 or 1"
+((torch_hp && HP_TRACE)) && die "HP_TRACE is hp-serve's (no HP_MODEL)"
 # The statistics count without timing every launch (two events each would
 # cost the workloads more than the runtime itself): HP's not at all, BE's
 # one launch in 16 of each kernel (BE_TIMING), enough for the share of its
@@ -474,6 +480,7 @@ hp_cmd() {
   else
     base=("$R/hp-serve" --block-us "$HP_BLOCK_US" --kernels "$HP_KERNELS" --seed 1)
     [[ $HP_ARRIVAL == spin ]] && base+=(--spin-arrival)
+    [[ $HP_TRACE == 1 ]] && base+=(--gpu-trace "$L/$2.hp-gpu.csv")
   fi
   if is_tally "$1"; then
     HPCMD=("$TALLY" run --priority=high --stats="$L/$2.hp.json" -- "${base[@]}")

@@ -72,6 +72,29 @@ __global__ void spinBlocks(unsigned *buf, unsigned long long ns) {
     buf[Idx] = V + 1;
 }
 
+/// spinBlocks that also times itself on the %globaltimer: each block's first
+/// thread folds the block's start into *first (the earliest) and its end into
+/// *last (the latest), so that per kernel the first block's start and the last
+/// block's end are known (hp-serve --gpu-trace). *first starts at ~0, *last
+/// at 0.
+__global__ void spinBlocksTimed(unsigned *buf, unsigned long long ns,
+                                unsigned long long *first,
+                                unsigned long long *last) {
+  unsigned long long Start = globalTimerNs();
+  unsigned Idx = blockIdx.x * kSpinWords + threadIdx.x;
+  unsigned V = 0;
+  if (threadIdx.x < kSpinWords)
+    V = buf[Idx];
+  while (globalTimerNs() - Start < ns) {
+  }
+  if (threadIdx.x < kSpinWords)
+    buf[Idx] = V + 1;
+  if (threadIdx.x == 0) {
+    atomicMin(first, Start);
+    atomicMax(last, globalTimerNs());
+  }
+}
+
 /// Each thread hashes in[i] through `work` rounds of integer arithmetic (two
 /// dependent chains) and writes out[i]; out depends only on in and work. The
 /// block adds the sum of its outputs to *sum and 1 to *done (integer atomics:
@@ -299,6 +322,7 @@ struct HpOptions {
   double Drain = 2; // seconds after the window to finish late requests
   std::string Csv;
   std::string Trace; // per request: when, and where its time went
+  std::string GpuTrace; // per request: its kernels' times on the GPU's clock
   bool SpinWait = false;
   bool SpinArrival = false; // spin, not sleep, until the next arrival
   bool RecordEach = false; // an event recorded after each kernel
@@ -327,6 +351,14 @@ struct HpOptions {
   "                      parts (us): late (arrival to send: queued behind\n"  \
   "                      the previous request, or the sender oversleeping),\n" \
   "                      issue (the launch calls), wait (launches to done)\n" \
+  "  --gpu-trace FILE    write per request (CSV with a header) where its\n"   \
+  "                      time went on the GPU's clock (%globaltimer; each\n"  \
+  "                      kernel's first block start and last block end):\n"   \
+  "                      host (send to done), span (first kernel's start to\n" \
+  "                      last kernel's end), outside (host - span: the\n"     \
+  "                      launch's way in and the completion's way out),\n"    \
+  "                      kernels (the kernels' own times), first (the\n"      \
+  "                      first kernel's), gaps (between kernels), us\n"       \
   "  --spin-wait         poll cudaEventQuery instead of\n"                     \
   "                      cudaStreamSynchronize\n"                              \
   "  --spin-arrival      with --rate: spin until each arrival instead of\n"    \
@@ -365,6 +397,8 @@ struct HpOptions {
     O.Csv = R.value();
   else if (R.is("--trace"))
     O.Trace = R.value();
+  else if (R.is("--gpu-trace"))
+    O.GpuTrace = R.value();
   else if (R.flag("--record-each"))
     O.RecordEach = true;
   else if (R.is("--write-each")) {
@@ -389,6 +423,77 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
   size_t Rank = (size_t)std::ceil(Q * (double)Sorted.size());
   Rank = std::min(std::max<size_t>(Rank, 1), Sorted.size());
   return Sorted[Rank - 1];
+}
+
+/// hp-serve --gpu-trace: writes per measured request (those launched and
+/// within the trace's Slots) its parts to O.GpuTrace, and prints their means
+/// (`hp: gpu-parts mean ...`). Firsts and Lasts hold O.Kernels words per
+/// request: each kernel's first block start and last block end, in ns.
+static bool writeGpuTrace(const HpOptions &O, const char *Settings,
+                          const std::vector<double> &Lat,
+                          const std::vector<double> &LateUs,
+                          const std::vector<unsigned long long> &Firsts,
+                          const std::vector<unsigned long long> &Lasts,
+                          size_t Slots) {
+  FILE *F = std::fopen(O.GpuTrace.c_str(), "w");
+  if (!F) {
+    std::fprintf(stderr, "%s: error: cannot write %s: %s\n", ProgName,
+                 O.GpuTrace.c_str(), std::strerror(errno));
+    return false;
+  }
+  std::fprintf(F, "# settings %s\n", Settings);
+  std::fprintf(F, "# per request, us: latency (arrival to done), late (arrival "
+                  "to send), host (send to done), span (first kernel's first "
+                  "block start to last kernel's last block end, GPU clock), "
+                  "outside (host - span), kernels (sum of each kernel's first "
+                  "start to last end), first (the first kernel's), gaps (sum "
+                  "of last end to next first start), max_gap\n");
+  std::fprintf(F, "latency_us,late_us,host_us,span_us,outside_us,kernels_us,"
+                  "first_us,gaps_us,max_gap_us\n");
+  size_t K = (size_t)O.Kernels, N = std::min({LateUs.size(), Lat.size(), Slots});
+  double Sum[7] = {0, 0, 0, 0, 0, 0, 0};
+  size_t Rows = 0, Broken = 0;
+  for (size_t I = 0; I < N; ++I) {
+    const unsigned long long *Fi = &Firsts[I * K], *Li = &Lasts[I * K];
+    bool Ok = true;
+    for (size_t J = 0; J < K; ++J)
+      Ok = Ok && Fi[J] != ~0ull && Li[J] >= Fi[J] && (J == 0 || Fi[J] >= Li[J - 1]);
+    if (!Ok) { // not run, or a clock that went back: say so, skip it
+      ++Broken;
+      continue;
+    }
+    double Kernels = 0, Gaps = 0, MaxGap = 0;
+    for (size_t J = 0; J < K; ++J) {
+      Kernels += (double)(Li[J] - Fi[J]) / 1e3;
+      if (J) {
+        double G = (double)(Fi[J] - Li[J - 1]) / 1e3;
+        Gaps += G;
+        MaxGap = std::max(MaxGap, G);
+      }
+    }
+    double Span = (double)(Li[K - 1] - Fi[0]) / 1e3;
+    double Host = Lat[I] - LateUs[I];
+    double FirstUs = (double)(Li[0] - Fi[0]) / 1e3;
+    double V[7] = {Host, Span, Host - Span, Kernels, FirstUs, Gaps, MaxGap};
+    for (int J = 0; J < 7; ++J)
+      Sum[J] += V[J];
+    ++Rows;
+    std::fprintf(F, "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", Lat[I],
+                 LateUs[I], Host, Span, Host - Span, Kernels, FirstUs, Gaps,
+                 MaxGap);
+  }
+  if (std::fclose(F) != 0) {
+    std::fprintf(stderr, "%s: error: cannot write %s: %s\n", ProgName,
+                 O.GpuTrace.c_str(), std::strerror(errno));
+    return false;
+  }
+  double D = Rows ? (double)Rows : 1;
+  std::printf("hp: gpu-parts requests %zu skipped %zu mean host %.2f span %.2f "
+              "outside %.2f kernels %.2f first %.2f gaps %.2f max_gap %.2f us\n",
+              Rows, Broken + (Lat.size() > N ? Lat.size() - N : 0), Sum[0] / D,
+              Sum[1] / D, Sum[2] / D, Sum[3] / D, Sum[4] / D, Sum[5] / D,
+              Sum[6] / D);
+  return true;
 }
 
 /// Runs the request loop on stream S and prints the summary; returns the
@@ -433,10 +538,34 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
       WriteAt = reinterpret_cast<CUdeviceptr>(Dev);
     }
   }
+  size_t Capacity =
+      O.Requests ? (size_t)O.Requests
+                 : (size_t)std::min(
+                       1e8, (O.Rate ? O.Rate : 2e4) * O.Duration * 1.2 + 16);
+
+  // --gpu-trace: per measured request and kernel, the first block's start
+  // and the last block's end on the GPU's clock. Slot Slots (one past the
+  // measured ones) takes the warm-up's and any beyond the capacity.
+  size_t Slots = O.GpuTrace.empty() ? 0 : std::min<size_t>(Capacity, 1 << 22);
+  unsigned long long *First = nullptr, *LastEnd = nullptr;
+  if (!O.GpuTrace.empty()) {
+    size_t Words = (Slots + 1) * (size_t)O.Kernels;
+    CK(cudaMalloc(&First, sizeof(unsigned long long) * Words));
+    CK(cudaMalloc(&LastEnd, sizeof(unsigned long long) * Words));
+    CK(cudaMemset(First, 0xff, sizeof(unsigned long long) * Words));
+    CK(cudaMemset(LastEnd, 0, sizeof(unsigned long long) * Words));
+    CK(cudaDeviceSynchronize());
+  }
+
   Clock::time_point Issued; // when the last launch call returned
-  auto Request = [&] {
+  auto Request = [&](size_t Slot) {
     for (int K = 0; K < O.Kernels; ++K) {
-      spinBlocks<<<Blocks, O.Threads, 0, S>>>(Buf, Ns);
+      if (First) {
+        size_t At = std::min(Slot, Slots) * (size_t)O.Kernels + (size_t)K;
+        spinBlocksTimed<<<Blocks, O.Threads, 0, S>>>(Buf, Ns, First + At, LastEnd + At);
+      } else {
+        spinBlocks<<<Blocks, O.Threads, 0, S>>>(Buf, Ns);
+      }
       if (O.RecordEach)
         CK(cudaEventRecord(Each, S));
       if (Write && Write(S, WriteAt, ++Written, CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
@@ -456,19 +585,19 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
   };
 
   for (long long I = 0; I < O.Warmup; ++I)
-    Request();
+    Request(Slots);
 
   std::vector<double> Lat; // microseconds
   struct TraceRow {
     double At, Late, Issue, Wait; // seconds after T0; microseconds
   };
   std::vector<TraceRow> Trace;
+  Lat.reserve(Capacity);
   if (!O.Trace.empty())
-    Trace.reserve(Lat.capacity());
-  Lat.reserve(O.Requests
-                  ? (size_t)O.Requests
-                  : (size_t)std::min(
-                        1e8, (O.Rate ? O.Rate : 2e4) * O.Duration * 1.2 + 16));
+    Trace.reserve(Capacity);
+  std::vector<double> LateUs; // --gpu-trace: each request's wait to be sent
+  if (First)
+    LateUs.reserve(Capacity);
   long long Unserved = 0;
   double StartEpoch = epochNow();
   Clock::time_point T0 = Clock::now(), Last = T0;
@@ -501,9 +630,11 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
       }
       waitUntil(Arrival, O.SpinArrival);
       Clock::time_point Send = Clock::now();
-      Request();
+      Request(Lat.size());
       Last = Clock::now();
       Lat.push_back(Us(Arrival, Last));
+      if (First)
+        LateUs.push_back(Us(Arrival, Send));
       if (!O.Trace.empty())
         Trace.push_back({Next, Us(Arrival, Send), Us(Send, Issued), Us(Issued, Last)});
       Next += Gap(Rng);
@@ -514,14 +645,28 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
                      : secondsBetween(T0, Clock::now()) >= O.Duration)
         break;
       Clock::time_point Send = Clock::now();
-      Request();
+      Request(Lat.size());
       Last = Clock::now();
       Lat.push_back(Us(Send, Last));
+      if (First)
+        LateUs.push_back(0);
     }
   }
   double Window = secondsBetween(T0, Last);
   double EndEpoch = StartEpoch + Window;
   CK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> Firsts, Lasts;
+  if (First) {
+    size_t Words = (Slots + 1) * (size_t)O.Kernels;
+    Firsts.resize(Words);
+    Lasts.resize(Words);
+    CK(cudaMemcpy(Firsts.data(), First, sizeof(unsigned long long) * Words,
+                  cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(Lasts.data(), LastEnd, sizeof(unsigned long long) * Words,
+                  cudaMemcpyDeviceToHost));
+    CK(cudaFree(First));
+    CK(cudaFree(LastEnd));
+  }
   CK(cudaEventDestroy(Done));
   CK(cudaEventDestroy(Each));
   if (HostWord) {
@@ -586,6 +731,10 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
     if (std::fclose(F) != 0)
       die("cannot write %s: %s", O.Trace.c_str(), std::strerror(errno));
   }
+
+  if (!O.GpuTrace.empty() &&
+      !writeGpuTrace(O, Settings, Lat, LateUs, Firsts, Lasts, Slots))
+    return 1;
 
   std::printf("hp: settings %s\n", Settings);
   std::printf("hp: window %.6f %.6f\n", StartEpoch, EndEpoch);
