@@ -354,8 +354,9 @@ struct HpOptions {
   "  --gpu-trace FILE    write per request (CSV with a header) where its\n"   \
   "                      time went on the GPU's clock (%globaltimer; each\n"  \
   "                      kernel's first block start and last block end):\n"   \
-  "                      host (send to done), span (first kernel's start to\n" \
-  "                      last kernel's end), outside (host - span: the\n"     \
+  "                      host (send to done), issue (send to the last\n"     \
+  "                      launch call's return), span (first kernel's start\n" \
+  "                      to last kernel's end), outside (host - span: the\n" \
   "                      launch's way in and the completion's way out),\n"    \
   "                      kernels (the kernels' own times), first (the\n"      \
   "                      first kernel's), gaps (between kernels), us\n"       \
@@ -425,13 +426,20 @@ static double percentile(const std::vector<double> &Sorted, double Q) {
   return Sorted[Rank - 1];
 }
 
+/// A request's host-side parts (hp-serve --gpu-trace), us: from its arrival
+/// to its send (0 in closed loop), and from the send to the last launch
+/// call's return.
+struct HostParts {
+  double Late, Issue;
+};
+
 /// hp-serve --gpu-trace: writes per measured request (those launched and
 /// within the trace's Slots) its parts to O.GpuTrace, and prints their means
 /// (`hp: gpu-parts mean ...`). Firsts and Lasts hold O.Kernels words per
 /// request: each kernel's first block start and last block end, in ns.
 static bool writeGpuTrace(const HpOptions &O, const char *Settings,
                           const std::vector<double> &Lat,
-                          const std::vector<double> &LateUs,
+                          const std::vector<HostParts> &HostUs,
                           const std::vector<unsigned long long> &Firsts,
                           const std::vector<unsigned long long> &Lasts,
                           size_t Slots) {
@@ -443,14 +451,16 @@ static bool writeGpuTrace(const HpOptions &O, const char *Settings,
   }
   std::fprintf(F, "# settings %s\n", Settings);
   std::fprintf(F, "# per request, us: latency (arrival to done), late (arrival "
-                  "to send), host (send to done), span (first kernel's first "
+                  "to send), host (send to done), issue (send to the last "
+                  "launch call's return), span (first kernel's first "
                   "block start to last kernel's last block end, GPU clock), "
                   "outside (host - span), kernels (sum of each kernel's first "
                   "start to last end), first (the first kernel's), gaps (sum "
-                  "of last end to next first start), max_gap\n");
-  std::fprintf(F, "latency_us,late_us,host_us,span_us,outside_us,kernels_us,"
-                  "first_us,gaps_us,max_gap_us\n");
-  size_t K = (size_t)O.Kernels, N = std::min({LateUs.size(), Lat.size(), Slots});
+                  "of last end to next first start), max_gap; each_kernel_us "
+                  "and each_gap_us: every kernel's and gap's, ';' between\n");
+  std::fprintf(F, "latency_us,late_us,host_us,issue_us,span_us,outside_us,kernels_us,"
+                  "first_us,gaps_us,max_gap_us,each_kernel_us,each_gap_us\n");
+  size_t K = (size_t)O.Kernels, N = std::min({HostUs.size(), Lat.size(), Slots});
   double Sum[7] = {0, 0, 0, 0, 0, 0, 0};
   size_t Rows = 0, Broken = 0;
   for (size_t I = 0; I < N; ++I) {
@@ -472,15 +482,21 @@ static bool writeGpuTrace(const HpOptions &O, const char *Settings,
       }
     }
     double Span = (double)(Li[K - 1] - Fi[0]) / 1e3;
-    double Host = Lat[I] - LateUs[I];
+    double Host = Lat[I] - HostUs[I].Late;
     double FirstUs = (double)(Li[0] - Fi[0]) / 1e3;
     double V[7] = {Host, Span, Host - Span, Kernels, FirstUs, Gaps, MaxGap};
     for (int J = 0; J < 7; ++J)
       Sum[J] += V[J];
     ++Rows;
-    std::fprintf(F, "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", Lat[I],
-                 LateUs[I], Host, Span, Host - Span, Kernels, FirstUs, Gaps,
-                 MaxGap);
+    std::fprintf(F, "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,", Lat[I],
+                 HostUs[I].Late, Host, HostUs[I].Issue, Span, Host - Span, Kernels,
+                 FirstUs, Gaps, MaxGap);
+    for (size_t J = 0; J < K; ++J)
+      std::fprintf(F, "%s%.1f", J ? ";" : "", (double)(Li[J] - Fi[J]) / 1e3);
+    std::fputc(',', F);
+    for (size_t J = 1; J < K; ++J)
+      std::fprintf(F, "%s%.1f", J > 1 ? ";" : "", (double)(Fi[J] - Li[J - 1]) / 1e3);
+    std::fputc('\n', F);
   }
   if (std::fclose(F) != 0) {
     std::fprintf(stderr, "%s: error: cannot write %s: %s\n", ProgName,
@@ -595,9 +611,9 @@ static bool writeGpuTrace(const HpOptions &O, const char *Settings,
   Lat.reserve(Capacity);
   if (!O.Trace.empty())
     Trace.reserve(Capacity);
-  std::vector<double> LateUs; // --gpu-trace: each request's wait to be sent
+  std::vector<HostParts> HostUs; // --gpu-trace
   if (First)
-    LateUs.reserve(Capacity);
+    HostUs.reserve(Capacity);
   long long Unserved = 0;
   double StartEpoch = epochNow();
   Clock::time_point T0 = Clock::now(), Last = T0;
@@ -634,7 +650,7 @@ static bool writeGpuTrace(const HpOptions &O, const char *Settings,
       Last = Clock::now();
       Lat.push_back(Us(Arrival, Last));
       if (First)
-        LateUs.push_back(Us(Arrival, Send));
+        HostUs.push_back({Us(Arrival, Send), Us(Send, Issued)});
       if (!O.Trace.empty())
         Trace.push_back({Next, Us(Arrival, Send), Us(Send, Issued), Us(Issued, Last)});
       Next += Gap(Rng);
@@ -649,7 +665,7 @@ static bool writeGpuTrace(const HpOptions &O, const char *Settings,
       Last = Clock::now();
       Lat.push_back(Us(Send, Last));
       if (First)
-        LateUs.push_back(0);
+        HostUs.push_back({0, Us(Send, Issued)});
     }
   }
   double Window = secondsBetween(T0, Last);
@@ -733,7 +749,7 @@ static bool writeGpuTrace(const HpOptions &O, const char *Settings,
   }
 
   if (!O.GpuTrace.empty() &&
-      !writeGpuTrace(O, Settings, Lat, LateUs, Firsts, Lasts, Slots))
+      !writeGpuTrace(O, Settings, Lat, HostUs, Firsts, Lasts, Slots))
     return 1;
 
   std::printf("hp: settings %s\n", Settings);

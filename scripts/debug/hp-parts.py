@@ -6,7 +6,7 @@ them with HP_TRACE=1) under the folders given and prints a markdown table,
 a row per run: requests; latency p50/p99 (arrival to done, as the report's);
 late (arrival to send: queued behind the previous request); host (send to
 done: the request's own time) mean, p50, p99; and host's parts, means:
-span (first kernel's first block start to last kernel's last block end, on
+issue (send to the last launch call's return: the host's own part), span (first kernel's first block start to last kernel's last block end, on
 the GPU's clock), outside (host - span: the launches' way in and the
 completion's way out), per kernel over the block time (each kernel's first
 start to last end, less --block-us: blocks that started late), the first
@@ -24,7 +24,7 @@ import pathlib
 import re
 import sys
 
-FIELDS = ("latency_us", "late_us", "host_us", "span_us", "outside_us",
+FIELDS = ("latency_us", "late_us", "host_us", "issue_us", "span_us", "outside_us",
           "kernels_us", "first_us", "gaps_us", "max_gap_us")
 
 
@@ -68,8 +68,10 @@ def read_trace(path):
 
 
 def parts(rows, kernels, block_us):
-    """Mean span, outside, per-kernel excess, first kernel's excess, gaps."""
-    return (mean([r["span_us"] for r in rows]),
+    """Mean issue, span, outside, per-kernel excess, first kernel's excess,
+    gaps."""
+    return (mean([r["issue_us"] for r in rows]),
+            mean([r["span_us"] for r in rows]),
             mean([r["outside_us"] for r in rows]),
             mean([r["kernels_us"] / kernels - block_us for r in rows]),
             mean([r["first_us"] - block_us for r in rows]),
@@ -82,15 +84,15 @@ def fmt(v):
 
 def table(paths):
     out = ["| run | requests | latency p50 | latency p99 | late mean | host mean | host p50 | "
-           "host p99 | span | outside | per kernel over block | first kernel over block | "
-           "gaps | slowest 1 %: host | span | outside | per kernel | first | gaps |",
+           "host p99 | issue | span | outside | per kernel over block | first kernel over block | "
+           "gaps | slowest 1 %: host | issue | span | outside | per kernel | first | gaps |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-           "---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for p in paths:
         rows, kernels, block_us = read_trace(p)
         name = p.name[: -len(".hp-gpu.csv")]
         if not rows:
-            out.append(f"| {name} | 0 |" + " - |" * 17)
+            out.append(f"| {name} | 0 |" + " - |" * 19)
             continue
         lat = sorted(r["latency_us"] for r in rows)
         host = sorted(r["host_us"] for r in rows)
