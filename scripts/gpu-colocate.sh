@@ -123,6 +123,13 @@
 #                TALLY_MPS_VARIANTS' systems), warmed once by the first
 #                (a run of WARMUP_SECONDS); the others start from it and add
 #                to it: comparisons of settings in their steady state
+#   PROFILE_SEED with PROFILE=shared: a profile cache file (profile-*.v1, as
+#                an earlier run left it) that becomes each shared cache,
+#                under this GPU's name, instead of a warming run: every
+#                tally system starts from the same measurements, so makes
+#                the same choices (an A/B of settings or builds for a given
+#                choice; which choice a warming run makes can differ from
+#                run to run where two forms are within noise)
 #   PYTHON       the Python with PyTorch that runs serve.py, train.py,
 #                streams.py and train_gpt.py (default: the first of
 #                /opt/torch/.venv/bin/python and python3 on PATH that imports
@@ -328,6 +335,18 @@ HP_S=${HP_SECONDS:-$HP_S}
 [[ $HP_S =~ ^[1-9][0-9]*$ ]] || die "HP_SECONDS '$HP_S': a whole number of seconds, at least 1"
 PROFILE=${PROFILE:-cold}
 [[ $PROFILE == cold || $PROFILE == warm || $PROFILE == shared ]] || die "PROFILE '$PROFILE': cold, warm or shared"
+PROFILE_SEED=${PROFILE_SEED:-}
+GPU_UUID=
+if [[ -n $PROFILE_SEED ]]; then
+  [[ $PROFILE == shared ]] || die "PROFILE_SEED needs PROFILE=shared"
+  [[ -f $PROFILE_SEED ]] || die "PROFILE_SEED '$PROFILE_SEED': no such file"
+  head -n1 "$PROFILE_SEED" | grep -q '^tally-profile ' ||
+    die "PROFILE_SEED '$PROFILE_SEED': not a profile cache file (no 'tally-profile' header)"
+  PROFILE_SEED=$(cd "$(dirname "$PROFILE_SEED")" && pwd)/$(basename "$PROFILE_SEED")
+  # The cache's file is named after the GPU (profile-GPU-<uuid>.v1).
+  GPU_UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i "${CUDA_VISIBLE_DEVICES:-0}" 2>/dev/null | head -n1)
+  [[ $GPU_UUID == GPU-* ]] || die "PROFILE_SEED: cannot read the GPU's UUID from nvidia-smi"
+fi
 WARM_S=${WARMUP_SECONDS:-$HP_S}
 [[ $WARM_S =~ ^[1-9][0-9]*$ ]] || die "WARMUP_SECONDS '$WARM_S': a whole number of seconds, at least 1"
 # What a run may take beyond its window before it counts as hung: with
@@ -673,6 +692,13 @@ colo() {
     if [[ -n $warmup ]]; then
       name=$name-warmup HP_S=$WARM_S
       rm -rf "$TALLY_CACHE_DIR"
+    elif [[ -n $PROFILE_SEED && ! -e $L/profile/shared-$conf.warmed ]]; then
+      mkdir -p "$TALLY_CACHE_DIR" &&
+        cp "$PROFILE_SEED" "$TALLY_CACHE_DIR/profile-$GPU_UUID.v1" &&
+        : >"$L/profile/shared-$conf.warmed" || die "cannot seed $TALLY_CACHE_DIR"
+      profile="profile seeded from $(basename "$PROFILE_SEED") (shared)"
+    elif [[ -n $PROFILE_SEED ]]; then
+      profile="profile seeded from $(basename "$PROFILE_SEED") (shared), used before"
     elif [[ ! -e $L/profile/shared-$conf.warmed ]]; then
       colo "$sys" "$conf" warmup
       if find "$TALLY_CACHE_DIR" -name 'profile-*.v1' 2>/dev/null | grep -q .; then

@@ -361,10 +361,15 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     L->Narrow = Co.HpOffMps.load(std::memory_order_relaxed)
                     ? 0
                     : Co.Pol->besideWorkers(PerSM, C.SMs, L->Workers);
-    if (L->Narrow && Pick->StayNarrow)
+    if (L->Narrow && Pick->StayNarrow) {
       L->Wide = L->Workers = L->Narrow; // never widened (Policy::provisional)
-    else if (L->Narrow && !Widen)
+    } else if (L->Narrow && L->Narrow < L->Workers && (!Widen || C.LaunchBehind)) {
+      // (Behind earlier launches: it may start when HP is back, unwatched.)
+      L->QueuedNarrow = Widen;
       L->Workers = L->Narrow;
+      if (L->QueuedNarrow)
+        Co.QueuedNarrow.fetch_add(1, std::memory_order_relaxed);
+    }
     // (A StayNarrow launch made just as an HP process that is no MPS client
     // came runs wide and leaves for HP as PTB launches did before Beside.)
   }

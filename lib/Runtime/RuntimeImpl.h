@@ -157,6 +157,11 @@ struct PtbLaunch {
   /// Under MPS, its workers beside HP (Policy::besideWorkers; 0: it leaves
   /// the GPU for HP) and its full width. Workers is one of the two.
   uint32_t Narrow = 0, Wide = 0;
+  /// Started narrow only because it was queued behind this process's
+  /// earlier launches while HP was quiet (ContextState::LaunchBehind): it
+  /// is widened once it has itself been watched for the widen window, not
+  /// as soon as the runtime thread reaches it.
+  bool QueuedNarrow = false;
 };
 
 /// How long one preemption's parts took (us; negative: not known).
@@ -206,6 +211,15 @@ struct ContextState {
   /// The sliced BE launch being issued runs beside HP (Policy::besideOk):
   /// its next slice does not wait for HP to be idle. Under BeMu.
   bool SlicesBeside = false;
+  /// The BE launch being issued is queued behind earlier launches of this
+  /// process that may not have ended (the queue budget): it may start on
+  /// the GPU long after the call, when HP may be back, and the runtime
+  /// thread watches it only once those ended. So a PTB launch starts narrow
+  /// (launchPtb): wide, its workers would fill every SM and hold an HP
+  /// request's kernels until the runtime thread reached it and raised its
+  /// flag (on an H200, gaps of 20-70 us between hp-serve's kernels in 1.5-6
+  /// % of its requests, 2026-11-28). Under BeMu.
+  bool LaunchBehind = false;
   bool BeOverlapCounted = false;  ///< HP was seen arriving during it (counted)
   /// With a queue budget (Config::QueueUs): the BE launches that may still
   /// run, each with how long it may make an arriving HP kernel wait
@@ -430,6 +444,9 @@ struct Coordination {
   /// HP was busy; wide ones narrowed for an HP arrival; narrow ones given
   /// their workers back once HP was quiet.
   std::atomic<uint64_t> NarrowLaunches{0}, Narrowed{0}, Widened{0};
+  /// PTB launches started narrow only because they were queued behind
+  /// earlier ones while HP was quiet (ContextState::LaunchBehind).
+  std::atomic<uint64_t> QueuedNarrow{0};
   /// Policy-chosen launches of grids smaller than the GPU, by form.
   std::atomic<uint64_t> SmallGrid[3] = {};
 };

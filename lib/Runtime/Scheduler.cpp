@@ -1360,12 +1360,15 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   if (T)
     startTiming(*T, K, F, C, S); // after the holds: the launch's own time
   C.SlicesBeside = Short && F == Form::Slice;
+  // (queuedWait, in the holds above, forgot the queued launches seen ended.)
+  C.LaunchBehind = Queue && !C.BeQueue.empty();
   // From here an HP arrival during this launch counts once (the holds
   // between its slices included).
   C.BeOverlapCounted = false;
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
   C.SlicesBeside = false;
+  C.LaunchBehind = false;
   if (Provisional && F == Form::Ptb) // (not when it fell back to the original)
     Co.ProvisionalLaunches.fetch_add(1, std::memory_order_relaxed);
   if (D.cuEventRecord(C.BeDone, S) == CUDA_SUCCESS)
@@ -1405,6 +1408,11 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     // held until the resumption is queued).
     std::unique_lock<std::shared_mutex> Excl(Drain, std::defer_lock);
     bool Counted = false, Widening = false;
+    // A launch narrow only for being queued is widened after the widen
+    // window of its own: a short one ends narrow rather than paying for a
+    // preemption and a relaunch.
+    const auto Watched = Clock::now();
+    const auto OwnWindow = std::chrono::nanoseconds(Co.Pol->widenNs());
     // Armed only while it runs wide, when HP is quiet: under MPS a wait
     // pending on the signal stream slowed HP's requests by about 20 us at
     // the median beside a narrow launch (2026-11-25), whose flag goes up
@@ -1425,7 +1433,8 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       const bool Narrowed = runsNarrow(L);
       bool Widen = false;
       bool Busy = observeBusy(nullptr, Narrowed ? &Widen : nullptr);
-      Widening = Narrowed && Widen && L.Workers < L.Wide;
+      Widening = Narrowed && Widen && L.Workers < L.Wide &&
+                 (!L.QueuedNarrow || Clock::now() - Watched >= OwnWindow);
       if ((Busy && !Narrowed) || Widening) {
         if (Excl.try_lock())
           break;

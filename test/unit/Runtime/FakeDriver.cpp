@@ -793,6 +793,7 @@ FAKE CUresult cuEventQuery(CUevent E) {
     for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
       PendingPtb &P = S().Pending[I];
       if (P.Open && P.Stream == Ev.Stream &&
+          (holdPtb() == 1 || P.Workers == unsigned(holdPtb())) &&
           !reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt))[1])
         return CUDA_ERROR_NOT_READY; // a long PTB launch: still running
     }
@@ -933,7 +934,8 @@ static std::atomic<int> SlowEvents{0};
 FAKE void fake_slow_events(int N) { SlowEvents = N; }
 static int slowEvents() { return SlowEvents.load(); }
 /// While on, PTB launches run until their flag is raised (long kernels):
-/// events behind an open one on its stream are not reached.
+/// events behind an open one on its stream are not reached. 1: every PTB
+/// launch; N > 1: only those of N workers.
 static std::atomic<int> HoldPtb{0};
 FAKE void fake_hold_ptb(int On) { HoldPtb = On; }
 static int holdPtb() { return HoldPtb.load(); }

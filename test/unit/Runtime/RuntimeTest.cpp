@@ -1675,6 +1675,62 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
   fake_fail_variant_launches(0);
 }
 
+// Under MPS with a queue budget (its ctest entries: FAKE_MPS=1,
+// FAKE_ELAPSED_US=100 so that PTB on a full wave of 8 workers (4 SMs of 2)
+// is chosen, TALLY_QUEUE_US=1000, TALLY_WIDEN_US=200000,
+// TALLY_BESIDE_PTB_PERCENT=50), HP quiet past the widen window: a PTB
+// launch made with nothing of this process queued starts wide; one made
+// while that one still runs (queued behind it) starts narrow, on 4 workers
+// (it may start on the GPU once HP is back, before the runtime thread
+// watches it, and wide its workers would hold every SM). The queued launch
+// is widened only once it has itself run for the widen window, not as soon
+// as the runtime thread reaches it. Every logical block runs once.
+TEST(ScheduleBe, QueuedPtbLaunchesStartNarrow) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_queued");
+  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
+  ASSERT_NO_FATAL_FAILURE(launchesWhileHpQuiet(*Hp, launchDirect, M.K, 16));
+  auto Launches = [](const char *Grid) {
+    return fake_log_count("launch be_queued__tally_ptb ", Grid);
+  };
+  beAlive(*Hp, 250); // past the widen window
+  fake_hold_ptb(4);  // narrow launches run until their flag goes up
+  const size_t Wide = Launches("grid=8x1x1"), Narrow = Launches("grid=4x1x1");
+  std::vector<int> Out1(40), Out2(40);
+  fake_hold_events(1); // the first launch does not end yet
+  ASSERT_EQ(launchDirect(M.K, Out1, 40), CUDA_SUCCESS);
+  EXPECT_EQ(Launches("grid=8x1x1"), Wide + 1) << "not wide with nothing queued and HP quiet";
+  // In a thread: a launch that is not queued waits for the first to end.
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(M.K, Out2, 40), CUDA_SUCCESS);
+    Returned = true;
+  });
+  EXPECT_TRUE(aliveUntil(*Hp, [&] { return Returned.load(); }))
+      << "the second launch was not queued behind the first";
+  EXPECT_EQ(Launches("grid=4x1x1"), Narrow + 1)
+      << "a launch queued behind a running one did not start narrow";
+  EXPECT_EQ(Launches("grid=8x1x1"), Wide + 1) << "a launch queued behind a running one started wide";
+  // The first ends; the runtime thread reaches the second (narrow, held
+  // running): not widened at once, but after the widen window of its own.
+  fake_hold_events(0);
+  beAlive(*Hp, 100);
+  EXPECT_EQ(Launches("grid=8x1x1"), Wide + 1)
+      << "the queued launch was widened before it ran the widen window";
+  EXPECT_TRUE(aliveUntil(*Hp, [&] { return Launches("grid=8x1x1") > Wide + 1; }))
+      << "the queued launch was not widened after the widen window";
+  fake_hold_ptb(0);
+  T.join();
+  fake_sync();
+  for (int I = 0; I < 2000 && fake_open_ptb_launches(); ++I)
+    usleep(1000);
+  fake_sync();
+  expectEachBlockOnce(Out1);
+  expectEachBlockOnce(Out2);
+}
+
 // Launches of a shape still being measured while an HP request runs, under
 // MPS (its ctest entries: FAKE_MPS=1, TALLY_IDLE_US=200000 and
 // TALLY_WIDEN_US=1000, so that the idle window is long enough to launch in
