@@ -12,7 +12,8 @@
 #      so the latency is close to a request's own time.
 # Usage: scripts/debug/hp-parts.sh [DIR]   (DIR default .carry/runtime)
 # Environment: OUT (default gpu-out), HP_SECONDS (default 8), HP_LOAD,
-# LOW_LOAD, PROFILE (default warm; and PROFILE_SEED, see gpu-colocate.sh),
+# LOW_LOAD, BE_CONFS (default be10), PROFILE (default warm; and PROFILE_SEED,
+# see gpu-colocate.sh),
 # VARIANTS (default "leave=TALLY_BESIDE_PTB_PERCENT=0
 # share25=TALLY_BESIDE_PTB_PERCENT=25 nosched=TALLY_SCHEDULE=0": BE
 # intercepted, never held nor narrowed), HP_ARRIVAL (default spin).
@@ -35,7 +36,7 @@ for load in "${loads[@]}"; do
   echo "== HP at $load of its capacity: be-spin 10 us blocks, MPS client priorities and Tally with MPS"
   d=$OUT/colo-$load
   OUT="$d" HP_TRACE=1 HP_LOAD=$load HP_ARRIVAL=${HP_ARRIVAL:-spin} HP_SECONDS=$HP_S \
-    SYSTEMS="mps-prio tally-mps" BE_CONFS=be10 PROFILE=${PROFILE:-warm} WARMUP_SECONDS=5 \
+    SYSTEMS="mps-prio tally-mps" BE_CONFS=${BE_CONFS:-be10} PROFILE=${PROFILE:-warm} WARMUP_SECONDS=5 \
     TALLY_MPS_VARIANTS="$VARIANTS" scripts/gpu-colocate.sh --quick "$R"
   r=$?
   ((r)) && rc=$r
