@@ -1486,6 +1486,7 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       if (!observeBusy(nullptr)) {
         // HP is quiet: every worker back.
         L.Workers = L.Wide;
+        L.QueuedNarrow = false;
         Co.Widened.fetch_add(1, std::memory_order_relaxed);
       } else if (Co.HpOffMps.load(std::memory_order_relaxed)) {
         // HP came back, time-sliced against this process: not beside it.

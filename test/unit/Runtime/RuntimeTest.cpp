@@ -1677,7 +1677,7 @@ TEST(ScheduleBe, PtbLaunchesRunNarrowBesideHp) {
 
 // Under MPS with a queue budget (its ctest entries: FAKE_MPS=1,
 // FAKE_ELAPSED_US=100 so that PTB on a full wave of 8 workers (4 SMs of 2)
-// is chosen, TALLY_QUEUE_US=1000, TALLY_WIDEN_US=200000,
+// is chosen, TALLY_QUEUE_US=1000, TALLY_WIDEN_US=400000,
 // TALLY_BESIDE_PTB_PERCENT=50), HP quiet past the widen window: a PTB
 // launch made with nothing of this process queued starts wide; one made
 // while that one still runs (queued behind it) starts narrow, on 4 workers
@@ -1695,7 +1695,7 @@ TEST(ScheduleBe, QueuedPtbLaunchesStartNarrow) {
   auto Launches = [](const char *Grid) {
     return fake_log_count("launch be_queued__tally_ptb ", Grid);
   };
-  beAlive(*Hp, 250); // past the widen window
+  beAlive(*Hp, 450); // past the widen window
   fake_hold_ptb(4);  // narrow launches run until their flag goes up
   const size_t Wide = Launches("grid=8x1x1"), Narrow = Launches("grid=4x1x1");
   std::vector<int> Out1(40), Out2(40);

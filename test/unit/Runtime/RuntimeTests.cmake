@@ -310,7 +310,7 @@ set_tests_properties(runtime-schedule-narrow PROPERTIES
 add_test(NAME runtime-schedule-queued-narrow
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueuedPtbLaunchesStartNarrow)
 set_tests_properties(runtime-schedule-queued-narrow PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queued-narrow;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_QUEUE_US=1000;TALLY_WIDEN_US=200000;TALLY_BESIDE_PTB_PERCENT=50"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queued-narrow;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_QUEUE_US=1000;TALLY_WIDEN_US=400000;TALLY_BESIDE_PTB_PERCENT=50"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "launches started narrow \\(1 of them only for being queued behind earlier ones\\)"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
