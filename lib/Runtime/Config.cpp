@@ -219,6 +219,12 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
       return Fail("TALLY_WIDEN_US", V, "microseconds from 0 to 10000000");
     C.WidenUs = N;
   }
+  if (const char *V = GetEnv("TALLY_NARROW_UNWATCHED_US"); V && *V) {
+    uint64_t N = 0;
+    if (!parseUnsigned(V, 10000000, N))
+      return Fail("TALLY_NARROW_UNWATCHED_US", V, "microseconds from 0 to 10000000");
+    C.NarrowUnwatchedUs = N;
+  }
   if (const char *V = GetEnv("TALLY_SHM_DIR"); V && *V)
     C.ShmDir = V;
   if (!Flag("TALLY_SCHEDULE", C.Schedule))

@@ -350,6 +350,7 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     std::lock_guard<std::mutex> G(QMu);
     L->Workers = 1 + static_cast<uint32_t>(Rng() % L->Workers);
   }
+  bool Unwatched = false; // narrow beside HP to its end: no gate, not watched
   if (Scheduled && Pick && !Pick->Measuring && Co.Pol && !Cfg.RandomPreemptions) {
     // Under MPS, beside HP with part of its workers (Policy::besideWorkers):
     // narrow from the start unless HP has been quiet for the widen window.
@@ -372,10 +373,21 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     }
     // (A StayNarrow launch made just as an HP process that is no MPS client
     // came runs wide and leaves for HP as PTB launches did before Beside.)
+    // Narrow from its start and short on those workers: nothing would stop
+    // it for HP, and it ends before it could be widened, so it goes
+    // without the gate's wait, which would be pending beside HP's kernels
+    // all the while (Config::NarrowUnwatchedUs). (Not a provisional one:
+    // its time is not known.)
+    if (L->Narrow && L->Workers == L->Narrow && !Pick->StayNarrow && Pick->BestNs &&
+        double(Pick->BestNs) * double(L->Wide) / double(L->Narrow) <=
+            double(Cfg.NarrowUnwatchedUs) * 1000.0) {
+      Unwatched = true;
+      Co.NarrowUnwatched.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
-  bool Preemptible = Cfg.RandomPreemptions > 0 || Scheduled;
+  bool Preemptible = Cfg.RandomPreemptions > 0 || (Scheduled && !Unwatched);
   {
     struct Relaxed {
       const DriverTable &D;
@@ -387,7 +399,7 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     // landed to workers gone): End and Flag then record times.
     L->Timed = Preemptible && Cfg.Stats && Cfg.StatsTiming;
     L->Ctrl = acquireCtrl(C);
-    if (Scheduled && Cfg.ArmedFlag)
+    if (Preemptible && Scheduled && Cfg.ArmedFlag)
       L->Arm = acquireArm(C); // (none: raised by driver calls)
     L->End = acquireEvent(C, L->Timed);
     if (Preemptible) {

@@ -211,6 +211,7 @@ Choice Policy::choose(const LaunchShape &S) {
     }
   }
   Choice C = Cands[Best];
+  C.BestNs = Ms[Best].BestNs;
   Decided[S.Key] = C;
   // (For its waves alone: an original short as a whole is chosen so by
   // the whole-time rule, which holds without its waves.)

@@ -447,6 +447,9 @@ struct Coordination {
   /// PTB launches started narrow only because they were queued behind
   /// earlier ones while HP was quiet (ContextState::LaunchBehind).
   std::atomic<uint64_t> QueuedNarrow{0};
+  /// PTB launches started narrow without a gate, not watched
+  /// (Config::NarrowUnwatchedUs).
+  std::atomic<uint64_t> NarrowUnwatched{0};
   /// Policy-chosen launches of grids smaller than the GPU, by form.
   std::atomic<uint64_t> SmallGrid[3] = {};
 };

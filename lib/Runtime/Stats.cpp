@@ -382,12 +382,14 @@ void Runtime::Impl::writeStats() {
   if (Co.Usable && Cfg.Prio != Priority::High && PtbPercent)
     std::fprintf(E,
                  "tally: PTB beside HP (%u %% of a wave of workers): %llu launches started "
-                 "narrow (%llu of them only for being queued behind earlier ones), %llu "
+                 "narrow (%llu of them only for being queued behind earlier ones; %llu short "
+                 "enough to run without a gate, not watched), %llu "
                  "narrowed for HP (counted as preemptions above), %llu widened "
                  "after %llu us of quiet; %llu launches of shapes still being measured "
                  "started narrow beside a running HP request, not widened%s\n",
                  PtbPercent, (unsigned long long)Co.NarrowLaunches.load(),
                  (unsigned long long)Co.QueuedNarrow.load(),
+                 (unsigned long long)Co.NarrowUnwatched.load(),
                  (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
                  (unsigned long long)(Co.Pol->widenNs() / 1000),
                  (unsigned long long)Co.ProvisionalLaunches.load(),
@@ -500,7 +502,8 @@ void Runtime::Impl::writeStats() {
                "\"original_only_shapes\": %zu, \"original_only_short\": %zu, "
                "\"small_launches\": %llu, \"checks\": %llu, \"checks_over\": %llu, "
                "\"timed_too_long\": %llu, \"ptb_percent\": %u, \"ptb_narrow_launches\": %llu, "
-               "\"ptb_queued_narrow\": %llu, \"ptb_narrowed\": %llu, \"ptb_widened\": %llu, "
+               "\"ptb_queued_narrow\": %llu, \"ptb_narrow_unwatched\": %llu, "
+               "\"ptb_narrowed\": %llu, \"ptb_widened\": %llu, "
                "\"provisional\": %s, \"provisional_launches\": %llu}, "
                "\"small_grids\": {\"original\": %llu, \"slice\": %llu, \"ptb\": %llu}, "
                "\"profile_hits\": %llu, \"profile_misses\": %llu, "
@@ -538,6 +541,7 @@ void Runtime::Impl::writeStats() {
                PtbPercent,
                (unsigned long long)Co.NarrowLaunches.load(),
                (unsigned long long)Co.QueuedNarrow.load(),
+               (unsigned long long)Co.NarrowUnwatched.load(),
                (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
                Cfg.Provisional ? "true" : "false",
                (unsigned long long)Co.ProvisionalLaunches.load(),

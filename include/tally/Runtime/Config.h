@@ -197,6 +197,14 @@ struct Config {
   /// A narrow PTB launch gets its full width back once HP has been idle
   /// this long (at least the idle window).
   uint64_t WidenUs = 1000;
+  /// A PTB launch that starts narrow beside HP and is expected to end
+  /// within this many microseconds on its narrow workers (its profile
+  /// time, scaled from its chosen workers) runs without a gate on its
+  /// stream and is not watched: nothing stops or widens it. The gate's
+  /// wait, pending while the kernel runs, lengthened the gaps between an
+  /// HP request's kernels by about 4 us per hp-serve request on an H200
+  /// (2026-11-28). 0: every narrow launch is watched.
+  uint64_t NarrowUnwatchedUs = 1000;
   std::string ShmDir = "/dev/shm";
   bool Schedule = true;
   bool ProfileCache = true;

@@ -172,6 +172,9 @@ struct Choice {
   /// PTB: runs on the workers it may keep beside HP (besideWorkers of
   /// Workers) from start to end, never widened (provisional).
   bool StayNarrow = false;
+  /// Decided from a complete profile: the chosen form's fastest measured
+  /// time (0: not known).
+  uint64_t BestNs = 0;
   /// The candidate's token in the profile cache ("original", "ptb:w=264,c=1",
   /// "slice:b=528").
   std::string name() const;

@@ -956,6 +956,15 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   EXPECT_NE(E.find("TALLY_BESIDE_PTB_PERCENT"), std::string::npos) << E;
   C = configOf({{"TALLY_WIDEN_US", "soon"}}, E);
   EXPECT_FALSE(C.Enabled);
+  EXPECT_EQ(configOf({}, E).NarrowUnwatchedUs, 1000u);
+  C = configOf({{"TALLY_NARROW_UNWATCHED_US", "0"}}, E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_EQ(C.NarrowUnwatchedUs, 0u);
+  for (const char *Bad : {"10000001", "1.5", "-1", "never"}) {
+    C = configOf({{"TALLY_NARROW_UNWATCHED_US", Bad}}, E);
+    EXPECT_FALSE(C.Enabled) << Bad;
+    EXPECT_NE(E.find("TALLY_NARROW_UNWATCHED_US"), std::string::npos) << E;
+  }
   EXPECT_EQ(configOf({}, E).BesideWaveUs, 0u);
   C = configOf({{"TALLY_BESIDE_WAVE_US", "15"}}, E);
   EXPECT_TRUE(C.Enabled) << E;

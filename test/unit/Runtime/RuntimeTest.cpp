@@ -1731,6 +1731,42 @@ TEST(ScheduleBe, QueuedPtbLaunchesStartNarrow) {
   expectEachBlockOnce(Out2);
 }
 
+// Under MPS (its ctest entries: FAKE_MPS=1, FAKE_ELAPSED_US=100 so that
+// PTB on a full wave of 8 workers is chosen, 100 us, and
+// TEST_EXPECT_UNWATCHED): a PTB launch made while HP works starts narrow (4
+// workers) and, expected to end within TALLY_NARROW_UNWATCHED_US on them
+// (200 us against the default 1000), goes without the gate's wait on its
+// stream and is not watched (TEST_EXPECT_UNWATCHED=1); with
+// TALLY_NARROW_UNWATCHED_US=100 the gate is queued (0). Every block once.
+TEST(ScheduleBe, ShortNarrowLaunchesGoUnwatched) {
+  const std::string Expect = env("TEST_EXPECT_UNWATCHED");
+  ASSERT_TRUE(Expect == "0" || Expect == "1") << "set TEST_EXPECT_UNWATCHED to 0 or 1";
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_unwatched");
+  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
+  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
+  ASSERT_NO_FATAL_FAILURE(launchesWhileHpQuiet(*Hp, launchDirect, M.K, 16));
+  fake_log_clear();
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
+  std::vector<int> Out(40);
+  EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "the launch waited for HP";
+  EXPECT_EQ(fake_log_count("launch be_unwatched__tally_ptb ", "grid=4x1x1"), 1u)
+      << "not started narrow beside HP";
+  const size_t Gates = fake_log_count("waitvalue ", "");
+  if (Expect == "1")
+    EXPECT_EQ(Gates, 0u) << "a short narrow launch got the gate's wait";
+  else
+    EXPECT_GE(Gates, 1u) << "a narrow launch longer than the limit went without its gate";
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 20);
+  fake_sync();
+  for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+    usleep(1000);
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
+
 // Launches of a shape still being measured while an HP request runs, under
 // MPS (its ctest entries: FAKE_MPS=1, TALLY_IDLE_US=200000 and
 // TALLY_WIDEN_US=1000, so that the idle window is long enough to launch in
