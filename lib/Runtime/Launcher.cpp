@@ -368,8 +368,6 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
       // (Behind earlier launches: it may start when HP is back, unwatched.)
       L->QueuedNarrow = Widen;
       L->Workers = L->Narrow;
-      if (L->QueuedNarrow)
-        Co.QueuedNarrow.fetch_add(1, std::memory_order_relaxed);
     }
     // (A StayNarrow launch made just as an HP process that is no MPS client
     // came runs wide and leaves for HP as PTB launches did before Beside.)
@@ -382,7 +380,6 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
         double(Pick->BestNs) * double(L->Wide) / double(L->Narrow) <=
             double(Cfg.NarrowUnwatchedUs) * 1000.0) {
       Unwatched = true;
-      Co.NarrowUnwatched.fetch_add(1, std::memory_order_relaxed);
     }
   }
   std::memcpy(L->Block, A.Block, sizeof L->Block);
@@ -435,6 +432,10 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   }
   if (L->Workers < L->Wide)
     Co.NarrowLaunches.fetch_add(1, std::memory_order_relaxed);
+  if (L->QueuedNarrow)
+    Co.QueuedNarrow.fetch_add(1, std::memory_order_relaxed);
+  if (Unwatched)
+    Co.NarrowUnwatched.fetch_add(1, std::memory_order_relaxed);
   logf(LogLevel::Debug, "kernel %s: PTB launch, %u blocks on %u workers, chunk %u%s",
        K.Name.c_str(), L->Blocks, L->Workers, Chunk, Preemptible ? ", preemptible" : "");
   // From here on the variant runs: errors below may only make it

@@ -382,16 +382,17 @@ void Runtime::Impl::writeStats() {
   if (Co.Usable && Cfg.Prio != Priority::High && PtbPercent)
     std::fprintf(E,
                  "tally: PTB beside HP (%u %% of a wave of workers): %llu launches started "
-                 "narrow (%llu of them only for being queued behind earlier ones; %llu short "
-                 "enough to run without a gate, not watched), %llu "
+                 "narrow (%llu of them only for being queued behind earlier ones), %llu "
                  "narrowed for HP (counted as preemptions above), %llu widened "
-                 "after %llu us of quiet; %llu launches of shapes still being measured "
-                 "started narrow beside a running HP request, not widened%s\n",
+                 "after %llu us of quiet; %llu launches beside HP short enough on their "
+                 "narrow workers ran without a gate, not watched; %llu launches of shapes "
+                 "still being measured started narrow beside a running HP request, not "
+                 "widened%s\n",
                  PtbPercent, (unsigned long long)Co.NarrowLaunches.load(),
                  (unsigned long long)Co.QueuedNarrow.load(),
-                 (unsigned long long)Co.NarrowUnwatched.load(),
                  (unsigned long long)Co.Narrowed.load(), (unsigned long long)Co.Widened.load(),
                  (unsigned long long)(Co.Pol->widenNs() / 1000),
+                 (unsigned long long)Co.NarrowUnwatched.load(),
                  (unsigned long long)Co.ProvisionalLaunches.load(),
                  Cfg.Provisional ? "" : " (off: TALLY_PROVISIONAL=0)");
   if (Co.Usable && Cfg.Prio != Priority::High && !Costs.empty())

@@ -303,7 +303,7 @@ set_tests_properties(runtime-schedule-narrow-hp-no-mps PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-narrow-hp-no-mps;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_WIDEN_US=200000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50;TEST_EXPECT_NARROW=0;TEST_HP_NO_MPS=1"
   TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process that is no MPS client was seen" FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 set_tests_properties(runtime-schedule-narrow PROPERTIES
-  PASS_REGULAR_EXPRESSION "PTB beside HP \\(50 % of a wave of workers\\): [1-9][0-9]* launches started narrow \\(0 of them only for being queued behind earlier ones; 0 short enough to run without a gate, not watched\\), [1-9][0-9]* narrowed for HP \\(counted as preemptions above\\), [1-9][0-9]* widened after 200000 us of quiet")
+  PASS_REGULAR_EXPRESSION "PTB beside HP \\(50 % of a wave of workers\\): [1-9][0-9]* launches started narrow \\(0 of them only for being queued behind earlier ones\\), [1-9][0-9]* narrowed for HP \\(counted as preemptions above\\), [1-9][0-9]* widened after 200000 us of quiet")
 
 # A PTB launch queued behind this process's earlier ones starts narrow
 # under MPS, and is widened only after the widen window of its own.
@@ -312,7 +312,7 @@ add_test(NAME runtime-schedule-queued-narrow
 set_tests_properties(runtime-schedule-queued-narrow PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queued-narrow;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_QUEUE_US=1000;TALLY_WIDEN_US=400000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50"
   TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "launches started narrow \\(1 of them only for being queued behind earlier ones; 0 short enough to run without a gate, not watched\\)"
+  PASS_REGULAR_EXPRESSION "launches started narrow \\(1 of them only for being queued behind earlier ones\\)"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 
 # A PTB launch narrow beside HP and short on its narrow workers goes
@@ -328,9 +328,9 @@ foreach(_case "unwatched;1;TALLY_LOG_LEVEL=warn" "unwatched-off;0;TALLY_NARROW_U
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
 set_tests_properties(runtime-schedule-unwatched PROPERTIES
-  PASS_REGULAR_EXPRESSION "[1-9][0-9]* short enough to run without a gate, not watched")
+  PASS_REGULAR_EXPRESSION "quiet; [1-9][0-9]* launches beside HP short enough on their narrow workers ran without a gate, not watched")
 set_tests_properties(runtime-schedule-unwatched-off PROPERTIES
-  PASS_REGULAR_EXPRESSION "earlier ones; 0 short enough to run without a gate, not watched")
+  PASS_REGULAR_EXPRESSION "quiet; 0 launches beside HP short enough on their narrow workers ran without a gate, not watched")
 
 # Launches of a shape still being measured while an HP request runs under
 # MPS: narrow PTB beside HP, never stopped or widened (provisional); held as
