@@ -562,7 +562,11 @@ static bool writeGpuTrace(const HpOptions &O, const char *Settings,
   // --gpu-trace: per measured request and kernel, the first block's start
   // and the last block's end on the GPU's clock. Slot Slots (one past the
   // measured ones) takes the warm-up's and any beyond the capacity.
-  size_t Slots = O.GpuTrace.empty() ? 0 : std::min<size_t>(Capacity, 1 << 22);
+  // (At most 2^24 words per array, 128 MiB: requests beyond go untraced.)
+  size_t Slots = O.GpuTrace.empty()
+                     ? 0
+                     : std::max<size_t>(1, std::min<size_t>(Capacity, (size_t(1) << 24) /
+                                                                        size_t(O.Kernels)));
   unsigned long long *First = nullptr, *LastEnd = nullptr;
   if (!O.GpuTrace.empty()) {
     size_t Words = (Slots + 1) * (size_t)O.Kernels;
