@@ -56,11 +56,12 @@ __device__ __forceinline__ unsigned long long globalTimerNs() {
   return T;
 }
 
-/// Every block spins for `ns` nanoseconds of %globaltimer, then its first
-/// kSpinWords threads increment their word of `buf` (buf holds
-/// gridDim.x * kSpinWords words), so the final buffer holds the number of
-/// launches in every word whatever the timing.
-__global__ void spinBlocks(unsigned *buf, unsigned long long ns) {
+/// A block of spinBlocks: it spins for `ns` nanoseconds of %globaltimer,
+/// then its first kSpinWords threads increment their word of `buf` (buf
+/// holds gridDim.x * kSpinWords words), so the final buffer holds the number
+/// of launches in every word whatever the timing. Returns its start.
+__device__ __forceinline__ unsigned long long spinBlock(unsigned *buf,
+                                                        unsigned long long ns) {
   unsigned long long Start = globalTimerNs();
   unsigned Idx = blockIdx.x * kSpinWords + threadIdx.x;
   unsigned V = 0;
@@ -70,7 +71,10 @@ __global__ void spinBlocks(unsigned *buf, unsigned long long ns) {
   }
   if (threadIdx.x < kSpinWords)
     buf[Idx] = V + 1;
+  return Start;
 }
+
+__global__ void spinBlocks(unsigned *buf, unsigned long long ns) { spinBlock(buf, ns); }
 
 /// spinBlocks that also times itself on the %globaltimer: each block's first
 /// thread folds the block's start into *first (the earliest) and its end into
@@ -80,15 +84,7 @@ __global__ void spinBlocks(unsigned *buf, unsigned long long ns) {
 __global__ void spinBlocksTimed(unsigned *buf, unsigned long long ns,
                                 unsigned long long *first,
                                 unsigned long long *last) {
-  unsigned long long Start = globalTimerNs();
-  unsigned Idx = blockIdx.x * kSpinWords + threadIdx.x;
-  unsigned V = 0;
-  if (threadIdx.x < kSpinWords)
-    V = buf[Idx];
-  while (globalTimerNs() - Start < ns) {
-  }
-  if (threadIdx.x < kSpinWords)
-    buf[Idx] = V + 1;
+  unsigned long long Start = spinBlock(buf, ns);
   if (threadIdx.x == 0) {
     atomicMin(first, Start);
     atomicMax(last, globalTimerNs());

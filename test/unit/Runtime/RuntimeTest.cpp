@@ -188,6 +188,15 @@ void expectEachBlockOnce(const std::vector<int> &Out) {
     ASSERT_EQ(Out[I], 1) << "logical block " << I;
 }
 
+/// Runs what the program queued, waits (2 s at most) until the runtime
+/// thread has let go of every PTB launch, and runs what that queued.
+void settlePtb() {
+  fake_sync();
+  for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
+    usleep(1000);
+  fake_sync();
+}
+
 std::string env(const char *N) {
   const char *V = std::getenv(N);
   return V ? V : "";
@@ -341,10 +350,7 @@ TEST(StatsTiming, OneLaunchInNTimed) {
   for (int I = 0; I < 5; ++I) {
     std::vector<int> Out(16);
     ASSERT_EQ((I == 2 ? launchCluster : launchDirect)(Ptb.K, Out, 16, nullptr), CUDA_SUCCESS);
-    fake_sync();
-    for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
-      usleep(1000);
-    fake_sync();
+    settlePtb();
     expectEachBlockOnce(Out);
   }
 }
@@ -774,10 +780,7 @@ void launchesWhileHpQuiet(tally::rt::Segment &Hp, LaunchFn Launch, CUfunction K,
   for (int I = 0; I < Times; ++I) {
     std::vector<int> Out(40);
     ASSERT_EQ(Launch(K, Out, 40, nullptr), CUDA_SUCCESS);
-    fake_sync();
-    for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
-      usleep(1000);
-    fake_sync();
+    settlePtb();
     expectEachBlockOnce(Out);
     bool Rejoined = false;
     Hp.heartbeat(tally::rt::monotonicNs(), Rejoined);
@@ -1549,10 +1552,7 @@ TEST(ScheduleBe, ShortWavesRunAsTheOriginalBesideHp) {
   EXPECT_TRUE(launchedBesideHp(*Hp, Seq, M.K, Out)) << "the launch waited for HP";
   Hp->hpFinished(Seq);
   beAlive(*Hp, 20);
-  fake_sync();
-  for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
-    usleep(1000);
-  fake_sync();
+  settlePtb();
   expectEachBlockOnce(Out);
   if (Original) {
     EXPECT_EQ(fake_log_count("launch be_waves ", "grid=40x1x1"), 1u);
@@ -1723,10 +1723,7 @@ TEST(ScheduleBe, QueuedPtbLaunchesStartNarrow) {
       << "the queued launch was not widened after the widen window";
   fake_hold_ptb(0);
   T.join();
-  fake_sync();
-  for (int I = 0; I < 2000 && fake_open_ptb_launches(); ++I)
-    usleep(1000);
-  fake_sync();
+  settlePtb();
   expectEachBlockOnce(Out1);
   expectEachBlockOnce(Out2);
 }
@@ -1760,10 +1757,7 @@ TEST(ScheduleBe, ShortNarrowLaunchesGoUnwatched) {
     EXPECT_GE(Gates, 1u) << "a narrow launch longer than the limit went without its gate";
   Hp->hpFinished(Seq);
   beAlive(*Hp, 20);
-  fake_sync();
-  for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
-    usleep(1000);
-  fake_sync();
+  settlePtb();
   expectEachBlockOnce(Out);
 }
 
