@@ -956,24 +956,24 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   EXPECT_NE(E.find("TALLY_BESIDE_PTB_PERCENT"), std::string::npos) << E;
   C = configOf({{"TALLY_WIDEN_US", "soon"}}, E);
   EXPECT_FALSE(C.Enabled);
+  // Each bad value disables the runtime, and the error names the variable.
+  auto ExpectRejected = [&](const char *Var, std::initializer_list<const char *> Bads) {
+    for (const char *Bad : Bads) {
+      Config R = configOf({{Var, Bad}}, E);
+      EXPECT_FALSE(R.Enabled) << Var << "=" << Bad;
+      EXPECT_NE(E.find(Var), std::string::npos) << E;
+    }
+  };
   EXPECT_EQ(configOf({}, E).NarrowUnwatchedUs, 1000u);
   C = configOf({{"TALLY_NARROW_UNWATCHED_US", "0"}}, E);
   EXPECT_TRUE(C.Enabled) << E;
   EXPECT_EQ(C.NarrowUnwatchedUs, 0u);
-  for (const char *Bad : {"10000001", "1.5", "-1", "never"}) {
-    C = configOf({{"TALLY_NARROW_UNWATCHED_US", Bad}}, E);
-    EXPECT_FALSE(C.Enabled) << Bad;
-    EXPECT_NE(E.find("TALLY_NARROW_UNWATCHED_US"), std::string::npos) << E;
-  }
+  ExpectRejected("TALLY_NARROW_UNWATCHED_US", {"10000001", "1.5", "-1", "never"});
   EXPECT_EQ(configOf({}, E).BesideWaveUs, 0u);
   C = configOf({{"TALLY_BESIDE_WAVE_US", "15"}}, E);
   EXPECT_TRUE(C.Enabled) << E;
   EXPECT_EQ(C.BesideWaveUs, 15u);
-  for (const char *Bad : {"1001", "12.5", "-1", "short"}) {
-    C = configOf({{"TALLY_BESIDE_WAVE_US", Bad}}, E);
-    EXPECT_FALSE(C.Enabled) << Bad;
-    EXPECT_NE(E.find("TALLY_BESIDE_WAVE_US"), std::string::npos) << E;
-  }
+  ExpectRejected("TALLY_BESIDE_WAVE_US", {"1001", "12.5", "-1", "short"});
   // On unless turned off: measuring in Free mode, provisional launches of
   // shapes being measured, the armed preemption flag.
   const struct {

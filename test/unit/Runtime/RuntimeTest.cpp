@@ -787,6 +787,15 @@ void launchesWhileHpQuiet(tally::rt::Segment &Hp, LaunchFn Launch, CUfunction K,
   }
 }
 
+/// A BE process's kernel \p K with variants: its first launch joins the
+/// segment, an HP request of \p Hp comes and goes (Guarded mode from then
+/// on), and 16 launches made while HP is quiet measure its forms and choose.
+void joinAndChoose(tally::rt::Segment &Hp, CUfunction K) {
+  ASSERT_NO_FATAL_FAILURE(firstLaunch(K)); // joins
+  Hp.hpFinished(Hp.hpLaunch(tally::rt::monotonicNs()));
+  ASSERT_NO_FATAL_FAILURE(launchesWhileHpQuiet(Hp, launchDirect, K, 16));
+}
+
 /// A BE process's kernel \p K without variants, under MPS: the first launch
 /// joins the segment, an HP request of \p Hp comes and goes (Guarded mode
 /// from then on), then two measurements of the original while HP is idle
@@ -1539,10 +1548,7 @@ TEST(ScheduleBe, ShortWavesRunAsTheOriginalBesideHp) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module M("be_waves");
-  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
-  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
-  // Measurements, then the choice.
-  ASSERT_NO_FATAL_FAILURE(launchesWhileHpQuiet(*Hp, launchDirect, M.K, 16));
+  ASSERT_NO_FATAL_FAILURE(joinAndChoose(*Hp, M.K));
   EXPECT_EQ(fake_log_count("launch be_waves__tally_", "") == 0, Original)
       << (Original ? "a variant was measured though the original's waves are short"
                    : "no variant was measured");
@@ -1689,9 +1695,7 @@ TEST(ScheduleBe, QueuedPtbLaunchesStartNarrow) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module M("be_queued");
-  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
-  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
-  ASSERT_NO_FATAL_FAILURE(launchesWhileHpQuiet(*Hp, launchDirect, M.K, 16));
+  ASSERT_NO_FATAL_FAILURE(joinAndChoose(*Hp, M.K));
   auto Launches = [](const char *Grid) {
     return fake_log_count("launch be_queued__tally_ptb ", Grid);
   };
@@ -1741,9 +1745,7 @@ TEST(ScheduleBe, ShortNarrowLaunchesGoUnwatched) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module M("be_unwatched");
-  ASSERT_NO_FATAL_FAILURE(firstLaunch(M.K)); // joins
-  Hp->hpFinished(Hp->hpLaunch(tally::rt::monotonicNs())); // Guarded from now on
-  ASSERT_NO_FATAL_FAILURE(launchesWhileHpQuiet(*Hp, launchDirect, M.K, 16));
+  ASSERT_NO_FATAL_FAILURE(joinAndChoose(*Hp, M.K));
   fake_log_clear();
   uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs()); // HP busy
   std::vector<int> Out(40);
