@@ -60,6 +60,8 @@ cc -O1 -g -shared -fPIC scripts/debug/segv-backtrace.c -o $R/segv-backtrace.so
 # (lib/Runtime/BlockingCalls.def rests on it).
 nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/driver-lock-probe.cu -o $R/driver-lock-probe -lcuda
 nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/driver-call-costs.cu -o $R/driver-call-costs -lcuda
+# What the stream operations around a PTB launch cost (scripts/debug/ptb-costs.sh).
+nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/ptb-launch-costs.cu -o $R/ptb-launch-costs -lcuda
 # Co-location (scripts/gpu-colocate.sh): the HP service, the BE spinner
 # plain and transformed, the one-process stream-priority baseline.
 # The stall probe beside the HP tail runs (scripts/gpu-hp-tail.sh).
@@ -71,6 +73,12 @@ nvcc -std=c++17 -arch=sm_90a -O2 -c benchmarks/gpu/be-spin.cu -o $R/obj/be-spin.
 nvcc -arch=sm_90a $R/obj/be-spin.o -o $R/be-spin
 build/bin/tally-opt -q $R/obj/be-spin.o -o $R/obj/be-spin.tally.o --metadata $R/obj/be-spin.yaml
 nvcc -arch=sm_90a $R/obj/be-spin.tally.o -o $R/be-spin.tally
+# be-spin's kernel in each form, launched directly (workblocks-forms, run by
+# scripts/debug/ptb-costs.sh): tally-opt's PTX of it compiled by ptxas.
+nvcc -std=c++17 -arch=sm_90a -O2 -ptx benchmarks/gpu/be-spin.cu -o $R/obj/be-spin.ptx
+build/bin/tally-opt -q $R/obj/be-spin.ptx -o $R/obj/be-spin.tally.ptx
+ptxas -arch=sm_90a $R/obj/be-spin.tally.ptx -o $R/be-spin.tally.cubin
+nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/workblocks-forms.cu -o $R/workblocks-forms -lcuda
 # What the device does not need.
 # (prefix/bin/tally-opt stays: the runtime runs it on PTX loaded at run time.)
 rm -rf $R/obj/*.o $R/train-gpt-build $R/prefix/include $R/prefix/lib/cmake \

@@ -193,20 +193,80 @@ bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextSta
   return true;
 }
 
-CUdeviceptr Runtime::Impl::acquireCtrl(ContextState &C) {
+CUdeviceptr Runtime::Impl::acquireCtrl(ContextState &C, bool &Clean) {
   reclaim(C);
   std::lock_guard<std::mutex> G(C.Mu);
-  if (C.FreeCtrl.empty()) {
-    // A slab of 256 control blocks; never freed (reused for the process's life).
-    CUdeviceptr Slab = 0;
-    if (D.cuMemAlloc(&Slab, 256 * 16) != CUDA_SUCCESS)
-      return 0;
-    for (int I = 255; I >= 0; --I)
-      C.FreeCtrl.push_back(Slab + I * 16);
+  CtrlSlab *S = C.Filling;
+  if (!S || S->Handed == CtrlSlab::Count) {
+    S = nullptr;
+    // A slab whose clear is known done; else one to clear block by block
+    // (never one whose clear is still queued: its memset could land on a
+    // block in use); else a new one.
+    for (auto &P : C.Slabs)
+      if (P->St == CtrlSlab::State::Clearing && D.cuEventQuery(P->Cleared) == CUDA_SUCCESS)
+        P->St = CtrlSlab::State::Clean;
+    for (auto &P : C.Slabs)
+      if (P->Handed == 0 && P->St == CtrlSlab::State::Clean) {
+        S = P.get();
+        break;
+      }
+    for (size_t I = 0; !S && I < C.Slabs.size(); ++I)
+      if (C.Slabs[I]->Handed == 0 && C.Slabs[I]->St == CtrlSlab::State::Dirty)
+        S = C.Slabs[I].get();
+    if (!S) {
+      // Never freed: reused for the context's life.
+      auto P = std::make_unique<CtrlSlab>();
+      if (D.cuMemAlloc(&P->Base, CtrlSlab::Count * 16) != CUDA_SUCCESS)
+        return 0;
+      S = P.get();
+      C.Slabs.push_back(std::move(P));
+    }
+    C.Filling = S;
   }
-  CUdeviceptr P = C.FreeCtrl.back();
-  C.FreeCtrl.pop_back();
-  return P;
+  Clean = S->St == CtrlSlab::State::Clean;
+  return S->Base + 16 * S->Handed++;
+}
+
+void Runtime::Impl::releaseCtrl(ContextState &C, CUdeviceptr Ctrl) {
+  for (auto &S : C.Slabs) {
+    if (Ctrl < S->Base || Ctrl >= S->Base + 16 * CtrlSlab::Count)
+      continue;
+    // (Every block is handed out before the last one comes back.)
+    if (++S->Returned < CtrlSlab::Count)
+      return;
+    S->Handed = S->Returned = 0;
+    if (C.Filling == S.get())
+      C.Filling = nullptr;
+    clearSlab(C, *S);
+    return;
+  }
+}
+
+void Runtime::Impl::clearSlab(ContextState &C, CtrlSlab &S) {
+  S.St = CtrlSlab::State::Dirty;
+  if (C.ClearBroken)
+    return;
+  RelaxedCaptureGuard Relax(D); // (our own stream; not the program's capture)
+  if ((!C.Clear && D.cuStreamCreateWithPriority(&C.Clear, CU_STREAM_NON_BLOCKING,
+                                                C.LeastPriority) != CUDA_SUCCESS) ||
+      (!S.Cleared && D.cuEventCreate(&S.Cleared, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)) {
+    S.Cleared = nullptr; // (made again at the next try: none comes)
+    C.ClearBroken = true;
+    logf(LogLevel::Debug, "cannot clear control blocks a slab at a time; each launch clears its own");
+    return;
+  }
+  if (D.cuMemsetD32Async(S.Base, 0, CtrlSlab::Count * 4, C.Clear) != CUDA_SUCCESS) {
+    C.ClearBroken = true; // nothing queued: the slab stays Dirty
+    return;
+  }
+  if (D.cuEventRecord(S.Cleared, C.Clear) != CUDA_SUCCESS) {
+    // The memset may land at any time: none of the slab's blocks may be
+    // used again.
+    S.St = CtrlSlab::State::Broken;
+    C.ClearBroken = true;
+    return;
+  }
+  S.St = CtrlSlab::State::Clearing;
 }
 
 ArmWord Runtime::Impl::acquireArm(ContextState &C) {
@@ -290,7 +350,7 @@ CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
 
 void Runtime::Impl::giveBackEvents(ContextState &C, const PtbLaunch &L) {
   if (L.Ctrl && !L.Lost)
-    C.FreeCtrl.push_back(L.Ctrl);
+    releaseCtrl(C, L.Ctrl);
   if (L.Arm.Host && !L.Lost)
     C.FreeArm.push_back(L.Arm);
   for (CUevent E : {L.Start, L.Gate})
@@ -385,17 +445,13 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
   bool Preemptible = Cfg.RandomPreemptions > 0 || (Scheduled && !Unwatched);
+  bool CtrlClean = false;
   {
-    struct Relaxed {
-      const DriverTable &D;
-      CUstreamCaptureMode M = CU_STREAM_CAPTURE_MODE_RELAXED;
-      Relaxed(const DriverTable &D) : D(D) { D.cuThreadExchangeStreamCaptureMode(&M); }
-      ~Relaxed() { D.cuThreadExchangeStreamCaptureMode(&M); }
-    } Relax(D);
+    RelaxedCaptureGuard Relax(D);
     // Under timed statistics a preemption is also timed on the GPU (flag
     // landed to workers gone): End and Flag then record times.
     L->Timed = Preemptible && Cfg.Stats && Cfg.StatsTiming;
-    L->Ctrl = acquireCtrl(C);
+    L->Ctrl = acquireCtrl(C, CtrlClean);
     if (Preemptible && Scheduled && Cfg.ArmedFlag)
       L->Arm = acquireArm(C); // (none: raised by driver calls)
     L->End = acquireEvent(C, L->Timed);
@@ -414,11 +470,17 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     GiveBack();
     return false;
   }
-  R = D.cuMemsetD32Async(L->Ctrl, 0, 4, S);
+  // A block of a slab not known clear is cleared here, on the stream.
+  if (!CtrlClean) {
+    R = D.cuMemsetD32Async(L->Ctrl, 0, 4, S);
+    PtbStreamClears.fetch_add(1, std::memory_order_relaxed);
+  }
   if (R == CUDA_SUCCESS && Preemptible)
     R = D.cuEventRecord(L->Start, S);
   if (R != CUDA_SUCCESS) {
-    // Nothing of the kernel ran; the cleared block is ours alone.
+    // Nothing of the kernel ran. A clear queued on the stream may still
+    // land, though: then the block is never used again.
+    L->Lost = !CtrlClean;
     GiveBack();
     return false;
   }
@@ -427,6 +489,7 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   if (R != CUDA_SUCCESS) {
     K.Disabled = true;
     warnOnce(K, "its PTB variant does not launch (" + D.errorName(R) + ")");
+    L->Lost = !CtrlClean; // (as above)
     GiveBack();
     return false;
   }

@@ -195,6 +195,7 @@ ContextState *Runtime::Impl::contextSlow(CUcontext Ctx, unsigned long long Id) {
     R = D.cuDeviceGetAttribute(&C.SMs, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, Dev);
   if (R == CUDA_SUCCESS)
     R = D.cuCtxGetStreamPriorityRange(&Least, &Greatest);
+  C.LeastPriority = Least;
   // Both internal streams are non-blocking: work the application queues
   // on the legacy default stream (a gate, say) must never hold them up.
   if (R == CUDA_SUCCESS)

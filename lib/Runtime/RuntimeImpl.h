@@ -172,6 +172,31 @@ struct PreemptTimes {
   double DeviceUs = -1; ///< landed to workers gone, on the GPU's clock
 };
 
+/// PTB control blocks (16 bytes each) come in slabs. A slab's blocks are
+/// handed out in order; once the GPU is done with all of them (every launch
+/// that had one retired), the slab is cleared by one memset on the
+/// context's Clear stream, and its blocks go out again without a clear of
+/// their own once that memset is known complete (its event). Until then, or
+/// where a slab's clear cannot be had, a block is cleared on the launch's
+/// own stream before its launch, a step of that stream's work on the GPU
+/// (about 1.4 us between back-to-back kernels on an H200,
+/// benchmarks/gpu/ptb-launch-costs.cu). (Launcher.cpp: acquireCtrl,
+/// releaseCtrl.)
+struct CtrlSlab {
+  static constexpr uint32_t Count = 64;
+  enum class State {
+    Dirty,    ///< blocks cleared one by one on the launches' streams
+    Clearing, ///< its memset queued on Clear; not handed out until Cleared completes
+    Clean,    ///< cleared: blocks handed out as they are
+    Broken,   ///< a clear was queued but cannot be tracked: never used again
+  };
+  CUdeviceptr Base = 0;
+  uint32_t Handed = 0;   ///< blocks handed out since the slab was last cleared
+  uint32_t Returned = 0; ///< of those, given back with the GPU done with them
+  CUevent Cleared = nullptr; ///< recorded on Clear behind the slab's memset
+  State St = State::Dirty;
+};
+
 /// Per CUDA context: internal streams, control blocks, events.
 struct ContextState {
   CUcontext Ctx = nullptr;
@@ -197,7 +222,16 @@ struct ContextState {
   /// The preemptor's pinned word for reading a launch's done count.
   uint32_t *DoneWord = nullptr;
   std::mutex Mu;
-  std::vector<CUdeviceptr> FreeCtrl;
+  /// Control blocks (CtrlSlab; under Mu): every slab, and the one being
+  /// handed out.
+  std::vector<std::unique_ptr<CtrlSlab>> Slabs;
+  CtrlSlab *Filling = nullptr;
+  /// Where slabs are cleared (non-blocking, least priority; made at the
+  /// first clear). ClearBroken: it or a clear failed; blocks are cleared on
+  /// the launches' streams from then on.
+  CUstream Clear = nullptr;
+  bool ClearBroken = false;
+  int LeastPriority = 0;
   std::vector<ArmWord> FreeArm;
   bool ArmBroken = false; ///< pinned words could not be had: flags raised by driver calls
   std::vector<CUevent> FreeEvents, FreeTimingEvents;
@@ -493,6 +527,9 @@ struct Runtime::Impl {
   std::vector<std::unique_ptr<ContextState>> DeadContexts;
   std::atomic<uint64_t> Generation{1};
   std::atomic<uint64_t> CooperativeLaunches{0}, GraphLaunches{0};
+  /// PTB launches that cleared their control block on their own stream
+  /// (CtrlSlab: the others took one from a slab cleared off it).
+  std::atomic<uint64_t> PtbStreamClears{0};
 
   // The preemptor thread (random preemption; the scheduler's home later).
   std::mutex QMu;
@@ -568,7 +605,13 @@ struct Runtime::Impl {
                     CUresult &R, const Choice *Pick = nullptr, bool Paced = false);
   CUresult launchVariant(CUfunction VF, unsigned Grid, const unsigned Block[3],
                          unsigned Shared, CUstream S, void *Params, size_t Bytes);
-  CUdeviceptr acquireCtrl(ContextState &C);
+  /// A control block for a PTB launch; \p Clean: it is known to be all
+  /// zeros, otherwise the launch clears it on its stream first. 0: none.
+  CUdeviceptr acquireCtrl(ContextState &C, bool &Clean);
+  /// \p Ctrl back to its slab, the GPU done with it (C.Mu held).
+  void releaseCtrl(ContextState &C, CUdeviceptr Ctrl);
+  /// Queues the memset of slab \p S on C.Clear (C.Mu held).
+  void clearSlab(ContextState &C, CtrlSlab &S);
   CUevent acquireEvent(ContextState &C, bool Timing);
   void reclaim(ContextState &C);
   /// \p L's control block and events back to \p C's free lists (C.Mu held).

@@ -91,6 +91,7 @@ void Runtime::Impl::writeStats() {
     return A.gpuNanos() > B.gpuNanos();
   });
   uint64_t Total = 0, Without = 0, LaunchesAll = 0, LaunchesWithout = 0, TimedAll = 0;
+  uint64_t PtbAll = 0;
   uint64_t ByForm[3] = {};
   for (const Row &R : Rows) {
     Total += R.gpuNanos();
@@ -98,6 +99,7 @@ void Runtime::Impl::writeStats() {
     for (int F = 0; F < 3; ++F)
       ByForm[F] += R.GpuByForm[F];
     LaunchesAll += R.total();
+    PtbAll += R.Launches[2];
     if (!R.HasVariants) {
       Without += R.gpuNanos();
       LaunchesWithout += R.total();
@@ -152,6 +154,11 @@ void Runtime::Impl::writeStats() {
                               " of each kernel's in each form: the times are estimates")
                                  .c_str()
                            : "");
+  if (PtbAll)
+    std::fprintf(E,
+                 "tally: %llu of %llu PTB launches cleared their control block on their stream "
+                 "(the rest took one cleared with its slab off the stream)\n",
+                 (unsigned long long)PtbStreamClears.load(), (unsigned long long)PtbAll);
   RuntimePtxState::Counts Px;
   {
     std::lock_guard<std::mutex> G(Ptx.Mu);
@@ -442,7 +449,7 @@ void Runtime::Impl::writeStats() {
                ByForm[2] / 1e6, Preemptible);
   std::fprintf(J, "  \"gpu_ms\": %.6f,\n  \"gpu_ms_without_variants\": %.6f,\n"
                   "  \"share_without_variants\": %.6f,\n  \"cooperative_launches\": %llu,\n"
-                  "  \"graph_launches\": %llu,\n"
+                  "  \"graph_launches\": %llu,\n  \"ptb_ctrl_cleared_on_stream\": %llu,\n"
                   "  \"preemption_latency_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
                   "\"max\": %.3f},\n  \"preemption_issue_us\": {\"count\": %zu, \"p50\": %.3f, "
                   "\"p99\": %.3f, \"max\": %.3f},\n  \"preemption_signal_us\": {\"count\": %zu, \"p50\": %.3f, "
@@ -450,7 +457,8 @@ void Runtime::Impl::writeStats() {
                   "\"p50\": %.3f, \"p99\": %.3f, \"max\": %.3f},\n"
                   "  \"preemptions_deferred_by_blocking_calls\": %llu,",
                Total / 1e6, Without / 1e6, Share, (unsigned long long)CooperativeLaunches.load(),
-               (unsigned long long)GraphLaunches.load(), Lat.size(), Pct(0.5), Pct(0.99),
+               (unsigned long long)GraphLaunches.load(),
+               (unsigned long long)PtbStreamClears.load(), Lat.size(), Pct(0.5), Pct(0.99),
                Lat.empty() ? 0.0 : Lat.back(), IssueLat.size(), PctOf(IssueLat, 0.5),
                PctOf(IssueLat, 0.99), IssueLat.empty() ? 0.0 : IssueLat.back(), SigLat.size(),
                PctOf(SigLat, 0.5),

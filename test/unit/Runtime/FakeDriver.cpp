@@ -84,6 +84,7 @@ struct PendingPtb {
 struct FEvent {
   CUstream Stream = nullptr;
   size_t Pending = 0; ///< launches queued before the record
+  uint64_t Memsets = 0; ///< memsets queued (on any stream) before the record
   int SlowLeft = 0;   ///< queries still "not ready" (fake_slow_events at the record)
   bool Deferred = false; ///< behind a stream's wait that is not yet released
 };
@@ -98,6 +99,18 @@ struct BlockedStream {
   /// The word arrived (the wait passed, whatever it holds later); its
   /// later operations may still be held (fake_hold_released).
   bool Released = false;
+};
+/// A memset not yet landed: it lands before the next launch on its stream,
+/// when an event recorded after it on its stream is seen complete, or when
+/// its stream or the context is synchronised; until then the memory holds
+/// what it held (a control block cleared on another stream and used before
+/// the clear is known done shows up as blocks not run).
+struct LazyMemset {
+  uint64_t Seq;
+  CUstream St;
+  uint32_t *P;
+  uint32_t V;
+  size_t N;
 };
 /// A write to host memory queued behind an open PTB launch on its stream:
 /// it lands when the launch ends.
@@ -119,6 +132,8 @@ struct State {
   std::vector<std::pair<uintptr_t, uintptr_t>> HostAllocs; ///< [begin, end)
   std::map<CUstream, BlockedStream> Blocked;
   std::vector<AfterLaunch> AfterLaunches;
+  std::vector<LazyMemset> Memsets;
+  uint64_t MemsetSeq = 0;
   std::map<CUstream, bool> Capturing;
   unsigned BlocksBeforeFlag = 1;
   int SMs = 4, BlocksPerSM = 2;
@@ -220,6 +235,21 @@ void runPtb(PendingPtb &P, uint64_t Max) {
 
 void pump();
 
+/// Lands the memsets queued on \p St (every stream: St null and All)
+/// before sequence number \p Before.
+void landMemsets(CUstream St, bool All, uint64_t Before = UINT64_MAX) {
+  std::vector<LazyMemset> &M = S().Memsets;
+  for (size_t I = 0; I < M.size();) {
+    if ((All || M[I].St == St) && M[I].Seq < Before) {
+      for (size_t W = 0; W < M[I].N; ++W)
+        M[I].P[W] = M[I].V;
+      M.erase(M.begin() + I);
+    } else {
+      ++I;
+    }
+  }
+}
+
 bool isHostMem(CUdeviceptr A) {
   for (auto [Lo, Hi] : S().HostAllocs)
     if (A >= Lo && A < Hi)
@@ -300,6 +330,7 @@ void pump() {
 }
 
 void finishPending(CUstream St, bool Any) {
+  landMemsets(St, Any);
   for (PendingPtb &P : S().Pending) {
     if (!P.Open || (!Any && P.Stream != St))
       continue;
@@ -358,6 +389,7 @@ CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsig
       (Extra ? " extra" : ""));
   if (S().Capturing[St])
     return CUDA_SUCCESS; // captured, not run
+  landMemsets(St, false); // stream order
   switch (K->K) {
   case Kind::Original:
     for (uint64_t I = 0; I < uint64_t(Gx) * Gy * Gz; ++I)
@@ -758,10 +790,11 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
   checkLive(St, "stream in record");
   pump();
   if (S().Blocked.count(St)) {
-    S().Events[E] = {St, 0, 0, true};
-    S().Blocked[St].Ops.push_back([=] { S().Events[E] = {St, S().Pending.size(), slowEvents()}; });
+    S().Events[E] = {St, 0, 0, 0, true};
+    S().Blocked[St].Ops.push_back(
+        [=] { S().Events[E] = {St, S().Pending.size(), S().MemsetSeq, slowEvents()}; });
   } else {
-    S().Events[E] = {St, S().Pending.size(), slowEvents()};
+    S().Events[E] = {St, S().Pending.size(), S().MemsetSeq, slowEvents()};
   }
   static const bool LogRecords = std::getenv("FAKE_LOG_RECORDS") != nullptr;
   if (LogRecords) // tests that check consecutive log lines do without
@@ -806,6 +839,7 @@ FAKE CUresult cuEventQuery(CUevent E) {
       runPtb(P, UINT64_MAX);
     P.Open = false;
   }
+  landMemsets(Ev.Stream, false, Ev.Memsets);
   pump();
   return CUDA_SUCCESS;
 }
@@ -836,8 +870,7 @@ FAKE CUresult cuMemHostAlloc(void **P, size_t Bytes, unsigned) {
 FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St) {
   std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
-  for (size_t I = 0; I < N; ++I)
-    reinterpret_cast<uint32_t *>(P)[I] = V;
+  S().Memsets.push_back({S().MemsetSeq++, St, reinterpret_cast<uint32_t *>(P), V, N});
   log("memset stream=" + streamName(St) + " words=" + std::to_string(N));
   return CUDA_SUCCESS;
 }

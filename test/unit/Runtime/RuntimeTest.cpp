@@ -332,6 +332,70 @@ TEST(ForcePtb, LaunchGatesTheStreamAndEveryBlockRunsOnce) {
   expectEachBlockOnce(Out);
 }
 
+// Control blocks cleared a slab at a time (CtrlSlab; its ctest entry:
+// TALLY_FORCE=ptb, TALLY_SCHEDULE=0: neither preempted nor watched, so each
+// launch retires as soon as it is seen ended, and no other test's launches share the slabs). The fake's
+// memsets land only when the GPU would be known to have run them (before a
+// later launch on their stream, or when an event behind them is seen
+// complete): a control block used before its slab's clear is known done
+// still holds its last launch's count, and that launch runs no blocks.
+namespace {
+/// \p Launches PTB launches of 50 blocks each on \p St, each run to its end
+/// (a synchronisation of \p St) before the next; every one must run each block once.
+void launchesEachRunToTheEnd(const Module &M, CUstream St, int Launches) {
+  for (int I = 0; I < Launches; ++I) {
+    std::vector<int> Out(50);
+    ASSERT_EQ(launchDirect(M.K, Out, 50, St), CUDA_SUCCESS);
+    // (The stream's own work only: a slab's clear queued elsewhere lands
+    // when the runtime sees its event done, not here.)
+    ASSERT_EQ(cuStreamSynchronize(St), CUDA_SUCCESS);
+    for (size_t B = 0; B < Out.size(); ++B)
+      ASSERT_EQ(Out[B], 1) << "launch " << I << ", logical block " << B;
+  }
+}
+} // namespace
+
+TEST(CtrlSlabs, ClearedOffTheStreamOnceASlabIsBack) {
+  Module M("slab_cycle");
+  CUstream St = reinterpret_cast<CUstream>(0x51);
+  fake_log_clear();
+  launchesEachRunToTheEnd(M, St, 4 * 64);
+  // The first slab's blocks are cleared one by one on the launch's stream;
+  // from then on a slab comes back whole, is cleared with one memset of its
+  // 64 blocks on another stream, and its blocks go out as they are.
+  EXPECT_EQ(countPrefix("memset stream=s81 words=4"), 64u);
+  size_t SlabClears = 0;
+  for (const std::string &L : logLines())
+    if (L.find("words=256") != std::string::npos) {
+      ++SlabClears;
+      EXPECT_EQ(L.find("stream=s81"), std::string::npos) << L;
+    }
+  EXPECT_GE(SlabClears, 3u);
+  EXPECT_EQ(countPrefix("launch slab_cycle__tally_ptb"), 4u * 64u);
+}
+
+TEST(CtrlSlabs, AClearNotKnownDoneIsNeverUsed) {
+  Module M("slab_slow");
+  CUstream St = reinterpret_cast<CUstream>(0x52);
+  // Every event needs three queries before it reports done: a slab's clear
+  // is queued while launches go on, and none of its blocks may go out
+  // before its event says so (blocks of another slab, cleared on the
+  // launch's stream, go out instead).
+  fake_slow_events(3);
+  fake_log_clear();
+  launchesEachRunToTheEnd(M, St, 6 * 64);
+  fake_slow_events(0);
+  size_t SlabClears = 0;
+  for (const std::string &L : logLines())
+    SlabClears += L.find("words=256") != std::string::npos;
+  EXPECT_GE(SlabClears, 1u);
+  // Some launches cleared their own (slabs not yet known clear), and some
+  // took a cleared slab's.
+  size_t OnStream = countPrefix("memset stream=s82 words=4");
+  EXPECT_GT(OnStream, 0u);
+  EXPECT_LT(OnStream, 6u * 64u);
+}
+
 // Sampled timing (its ctest entry: TALLY_FORCE=ptb, TALLY_STATS_TIMING=4,
 // FAKE_ELAPSED_US=10, and check-stats-sampled.py on the JSON): a kernel
 // without variants launched 8 times (2 timed) and one with variants run as

@@ -61,6 +61,12 @@ tally_stats_test(runtime-force-ptb "ForcePtb.*"
 # (their events are made without times).
 tally_stats_test(runtime-force-ptb-untimed "ForcePtb.*"
   "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_STATS_TIMING=0" check-stats.py)
+# Control blocks cleared a slab at a time: PTB launches neither preempted
+# nor scheduled (each retires as soon as it is seen ended), in a process of
+# their own.
+add_test(NAME runtime-ctrl-slabs COMMAND RuntimeTests --gtest_filter=CtrlSlabs.*)
+set_tests_properties(runtime-ctrl-slabs PROPERTIES ENVIRONMENT
+  "${_rt_env};TALLY_FORCE=ptb;TALLY_SCHEDULE=0")
 # Sampled timing: one launch in four timed, the rest estimated.
 tally_stats_test(runtime-stats-sampled "StatsTiming.*"
   "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS_TIMING=4;FAKE_ELAPSED_US=10" check-stats-sampled.py)
