@@ -20,7 +20,8 @@
 # Environment: OUT (default gpu-out), BE_SECONDS, HP_LOAD, HP_SECONDS (8),
 # PROFILE, PROFILE_SEED (see gpu-colocate.sh), VARIANTS (default empty:
 # more tally-mps systems, TALLY_MPS_VARIANTS), OLD_LIB, COLO (0: no step 4).
-# Writes OUT/summary.md and OUT/colo.tar.xz.
+# Writes OUT/summary.md, OUT/be-alone.tar.xz (step 2's logs and statistics)
+# and OUT/colo.tar.xz.
 set -uo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/../.." || exit 1
@@ -99,6 +100,10 @@ else
 fi
 echo '```' >>"$S"
 
+# (Few files come back from the device: the runs' logs and statistics go
+# into one archive.)
+mapfile -t logs < <(cd "$OUT" && ls be-*.log be-*.json 2>/dev/null)
+((${#logs[@]})) && tar -C "$OUT" -cJf "$OUT/be-alone.tar.xz" --remove-files "${logs[@]}"
 if [[ ${COLO:-1} == 0 ]]; then
   echo "exit status $rc" >>"$S"
   cat "$S"
