@@ -193,26 +193,36 @@ bool Runtime::Impl::launchSliced(KernelEntry &K, const LaunchArgs &A, ContextSta
   return true;
 }
 
-CUdeviceptr Runtime::Impl::acquireCtrl(ContextState &C, bool &Clean) {
+CUdeviceptr Runtime::Impl::acquireCtrl(ContextState &C, CtrlPrep &Prep, CUevent &WaitFor) {
   reclaim(C);
+  // (Driver calls under C.Mu here and in releaseCtrl: an event query, and
+  // every Count launches a memset, an event record and perhaps an
+  // allocation, none of which waits for the GPU.)
   std::lock_guard<std::mutex> G(C.Mu);
   CtrlSlab *S = C.Filling;
   if (!S || S->Handed == CtrlSlab::Count) {
+    // The next slab none of whose blocks is out: one known clear first,
+    // then one being cleared, then one to clear block by block, else a new
+    // one. (Every slab that comes back is cleared again at once, so slabs
+    // are only added while all are in use.)
     S = nullptr;
-    // A slab whose clear is known done; else one to clear block by block
-    // (never one whose clear is still queued: its memset could land on a
-    // block in use); else a new one.
-    for (auto &P : C.Slabs)
+    CtrlSlab *Clearing = nullptr, *Dirty = nullptr;
+    for (auto &P : C.Slabs) {
+      if (P->Handed)
+        continue;
       if (P->St == CtrlSlab::State::Clearing && D.cuEventQuery(P->Cleared) == CUDA_SUCCESS)
         P->St = CtrlSlab::State::Clean;
-    for (auto &P : C.Slabs)
-      if (P->Handed == 0 && P->St == CtrlSlab::State::Clean) {
+      if (P->St == CtrlSlab::State::Clean) {
         S = P.get();
         break;
       }
-    for (size_t I = 0; !S && I < C.Slabs.size(); ++I)
-      if (C.Slabs[I]->Handed == 0 && C.Slabs[I]->St == CtrlSlab::State::Dirty)
-        S = C.Slabs[I].get();
+      if (P->St == CtrlSlab::State::Clearing && !Clearing)
+        Clearing = P.get();
+      if (P->St == CtrlSlab::State::Dirty && !Dirty)
+        Dirty = P.get();
+    }
+    if (!S)
+      S = Clearing ? Clearing : Dirty;
     if (!S) {
       // Never freed: reused for the context's life.
       auto P = std::make_unique<CtrlSlab>();
@@ -220,10 +230,16 @@ CUdeviceptr Runtime::Impl::acquireCtrl(ContextState &C, bool &Clean) {
         return 0;
       S = P.get();
       C.Slabs.push_back(std::move(P));
+      clearSlab(C, *S);
     }
     C.Filling = S;
   }
-  Clean = S->St == CtrlSlab::State::Clean;
+  if (S->St == CtrlSlab::State::Clearing && D.cuEventQuery(S->Cleared) == CUDA_SUCCESS)
+    S->St = CtrlSlab::State::Clean;
+  Prep = S->St == CtrlSlab::State::Clean      ? CtrlPrep::None
+         : S->St == CtrlSlab::State::Clearing ? CtrlPrep::Wait
+                                              : CtrlPrep::Clear;
+  WaitFor = S->Cleared;
   return S->Base + 16 * S->Handed++;
 }
 
@@ -237,12 +253,16 @@ void Runtime::Impl::releaseCtrl(ContextState &C, CUdeviceptr Ctrl) {
     S->Handed = S->Returned = 0;
     if (C.Filling == S.get())
       C.Filling = nullptr;
+    // A clear still queued from the slab's last round precedes this one on
+    // Clear: once this one's event completes, both have landed.
     clearSlab(C, *S);
     return;
   }
 }
 
 void Runtime::Impl::clearSlab(ContextState &C, CtrlSlab &S) {
+  if (S.St == CtrlSlab::State::Broken)
+    return;
   S.St = CtrlSlab::State::Dirty;
   if (C.ClearBroken)
     return;
@@ -349,7 +369,7 @@ CUevent Runtime::Impl::acquireEvent(ContextState &C, bool Timing) {
 }
 
 void Runtime::Impl::giveBackEvents(ContextState &C, const PtbLaunch &L) {
-  if (L.Ctrl && !L.Lost)
+  if (L.Ctrl && !L.Lost && !L.CtrlKept)
     releaseCtrl(C, L.Ctrl);
   if (L.Arm.Host && !L.Lost)
     C.FreeArm.push_back(L.Arm);
@@ -445,13 +465,14 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
   bool Preemptible = Cfg.RandomPreemptions > 0 || (Scheduled && !Unwatched);
-  bool CtrlClean = false;
+  CtrlPrep Prep = CtrlPrep::None;
+  CUevent WaitFor = nullptr;
   {
     RelaxedCaptureGuard Relax(D);
     // Under timed statistics a preemption is also timed on the GPU (flag
     // landed to workers gone): End and Flag then record times.
     L->Timed = Preemptible && Cfg.Stats && Cfg.StatsTiming;
-    L->Ctrl = acquireCtrl(C, CtrlClean);
+    L->Ctrl = acquireCtrl(C, Prep, WaitFor);
     if (Preemptible && Scheduled && Cfg.ArmedFlag)
       L->Arm = acquireArm(C); // (none: raised by driver calls)
     L->End = acquireEvent(C, L->Timed);
@@ -470,17 +491,22 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     GiveBack();
     return false;
   }
-  // A block of a slab not known clear is cleared here, on the stream.
-  if (!CtrlClean) {
+  // The block all zeros on the stream before the kernel (CtrlSlab).
+  // QueuedClear: a clear of the block itself is queued on S, and may land
+  // whenever S gets to it (a wait for its slab's clear only delays S).
+  bool QueuedClear = false;
+  if (Prep == CtrlPrep::Clear) {
     R = D.cuMemsetD32Async(L->Ctrl, 0, 4, S);
-    PtbStreamClears.fetch_add(1, std::memory_order_relaxed);
+    QueuedClear = R == CUDA_SUCCESS;
+  } else if (Prep == CtrlPrep::Wait) {
+    R = D.cuStreamWaitEvent(S, WaitFor, 0);
   }
   if (R == CUDA_SUCCESS && Preemptible)
     R = D.cuEventRecord(L->Start, S);
   if (R != CUDA_SUCCESS) {
     // Nothing of the kernel ran. A clear queued on the stream may still
     // land, though: then the block is never used again.
-    L->Lost = !CtrlClean;
+    L->CtrlKept = QueuedClear;
     GiveBack();
     return false;
   }
@@ -489,10 +515,14 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   if (R != CUDA_SUCCESS) {
     K.Disabled = true;
     warnOnce(K, "its PTB variant does not launch (" + D.errorName(R) + ")");
-    L->Lost = !CtrlClean; // (as above)
+    L->CtrlKept = QueuedClear; // (as above)
     GiveBack();
     return false;
   }
+  if (Prep == CtrlPrep::Clear)
+    PtbStreamClears.fetch_add(1, std::memory_order_relaxed);
+  else if (Prep == CtrlPrep::Wait)
+    PtbStreamWaits.fetch_add(1, std::memory_order_relaxed);
   if (L->Workers < L->Wide)
     Co.NarrowLaunches.fetch_add(1, std::memory_order_relaxed);
   if (L->QueuedNarrow)

@@ -151,6 +151,10 @@ struct PtbLaunch {
   /// it is done (an event or a write could not be queued): it is not
   /// watched any more, and neither is ever reused.
   bool Lost = false;
+  /// Its launch failed after a clear of its control block was queued on
+  /// the program's stream, which may still land: the block is never reused
+  /// (its events and word are).
+  bool CtrlKept = false;
   /// Preempted when HP processes are active (the scheduler), rather than
   /// at random points (--preempt).
   bool Scheduled = false;
@@ -172,22 +176,23 @@ struct PreemptTimes {
   double DeviceUs = -1; ///< landed to workers gone, on the GPU's clock
 };
 
-/// PTB control blocks (16 bytes each) come in slabs. A slab's blocks are
-/// handed out in order; once the GPU is done with all of them (every launch
-/// that had one retired), the slab is cleared by one memset on the
-/// context's Clear stream, and its blocks go out again without a clear of
-/// their own once that memset is known complete (its event). Until then, or
-/// where a slab's clear cannot be had, a block is cleared on the launch's
-/// own stream before its launch, a step of that stream's work on the GPU
-/// (about 1.4 us between back-to-back kernels on an H200,
+/// PTB control blocks (16 bytes each) come in slabs of Count, cleared a
+/// slab at a time off the program's streams: a new slab, and a slab all of
+/// whose blocks the GPU is done with (every launch that had one retired),
+/// gets one memset on the context's Clear stream with an event (Cleared)
+/// behind it. Its blocks are handed out in order: as they are once Cleared
+/// has completed; before that, the launch's stream first waits for Cleared
+/// (a wait on the GPU, no host wait). Only where clears cannot be queued on
+/// Clear is each block cleared on its launch's stream (a step of that
+/// stream's work between kernels: about 1.4 us on an H200,
 /// benchmarks/gpu/ptb-launch-costs.cu). (Launcher.cpp: acquireCtrl,
-/// releaseCtrl.)
+/// releaseCtrl, clearSlab.)
 struct CtrlSlab {
   static constexpr uint32_t Count = 64;
   enum class State {
-    Dirty,    ///< blocks cleared one by one on the launches' streams
-    Clearing, ///< its memset queued on Clear; not handed out until Cleared completes
-    Clean,    ///< cleared: blocks handed out as they are
+    Dirty,    ///< no clear queued: each block is cleared on its launch's stream
+    Clearing, ///< its memset queued on Clear: streams wait for Cleared first
+    Clean,    ///< Cleared has completed: blocks go out as they are
     Broken,   ///< a clear was queued but cannot be tracked: never used again
   };
   CUdeviceptr Base = 0;
@@ -195,6 +200,13 @@ struct CtrlSlab {
   uint32_t Returned = 0; ///< of those, given back with the GPU done with them
   CUevent Cleared = nullptr; ///< recorded on Clear behind the slab's memset
   State St = State::Dirty;
+};
+
+/// What a launch's stream does to its control block before the kernel.
+enum class CtrlPrep {
+  None,  ///< nothing: known clear
+  Wait,  ///< cuStreamWaitEvent for its slab's clear (CtrlSlab::Cleared)
+  Clear, ///< cuMemsetD32Async of the block itself
 };
 
 /// Per CUDA context: internal streams, control blocks, events.
@@ -527,9 +539,9 @@ struct Runtime::Impl {
   std::vector<std::unique_ptr<ContextState>> DeadContexts;
   std::atomic<uint64_t> Generation{1};
   std::atomic<uint64_t> CooperativeLaunches{0}, GraphLaunches{0};
-  /// PTB launches that cleared their control block on their own stream
-  /// (CtrlSlab: the others took one from a slab cleared off it).
-  std::atomic<uint64_t> PtbStreamClears{0};
+  /// PTB launches whose stream cleared their control block, or waited for
+  /// its slab's clear (CtrlPrep; the others took a block known clear).
+  std::atomic<uint64_t> PtbStreamClears{0}, PtbStreamWaits{0};
 
   // The preemptor thread (random preemption; the scheduler's home later).
   std::mutex QMu;
@@ -605,9 +617,9 @@ struct Runtime::Impl {
                     CUresult &R, const Choice *Pick = nullptr, bool Paced = false);
   CUresult launchVariant(CUfunction VF, unsigned Grid, const unsigned Block[3],
                          unsigned Shared, CUstream S, void *Params, size_t Bytes);
-  /// A control block for a PTB launch; \p Clean: it is known to be all
-  /// zeros, otherwise the launch clears it on its stream first. 0: none.
-  CUdeviceptr acquireCtrl(ContextState &C, bool &Clean);
+  /// A control block for a PTB launch (0: none), all zeros once the
+  /// launch's stream has done \p Prep (with \p WaitFor: the event to wait for).
+  CUdeviceptr acquireCtrl(ContextState &C, CtrlPrep &Prep, CUevent &WaitFor);
   /// \p Ctrl back to its slab, the GPU done with it (C.Mu held).
   void releaseCtrl(ContextState &C, CUdeviceptr Ctrl);
   /// Queues the memset of slab \p S on C.Clear (C.Mu held).

@@ -156,9 +156,11 @@ void Runtime::Impl::writeStats() {
                            : "");
   if (PtbAll)
     std::fprintf(E,
-                 "tally: %llu of %llu PTB launches cleared their control block on their stream "
-                 "(the rest took one cleared with its slab off the stream)\n",
-                 (unsigned long long)PtbStreamClears.load(), (unsigned long long)PtbAll);
+                 "tally: PTB control blocks: of %llu PTB launches, %llu cleared theirs on their "
+                 "stream and %llu waited there for its slab's clear; the rest took one known "
+                 "clear\n",
+                 (unsigned long long)PtbAll, (unsigned long long)PtbStreamClears.load(),
+                 (unsigned long long)PtbStreamWaits.load());
   RuntimePtxState::Counts Px;
   {
     std::lock_guard<std::mutex> G(Ptx.Mu);
@@ -450,6 +452,7 @@ void Runtime::Impl::writeStats() {
   std::fprintf(J, "  \"gpu_ms\": %.6f,\n  \"gpu_ms_without_variants\": %.6f,\n"
                   "  \"share_without_variants\": %.6f,\n  \"cooperative_launches\": %llu,\n"
                   "  \"graph_launches\": %llu,\n  \"ptb_ctrl_cleared_on_stream\": %llu,\n"
+                  "  \"ptb_ctrl_waited_on_stream\": %llu,\n"
                   "  \"preemption_latency_us\": {\"count\": %zu, \"p50\": %.3f, \"p99\": %.3f, "
                   "\"max\": %.3f},\n  \"preemption_issue_us\": {\"count\": %zu, \"p50\": %.3f, "
                   "\"p99\": %.3f, \"max\": %.3f},\n  \"preemption_signal_us\": {\"count\": %zu, \"p50\": %.3f, "
@@ -458,7 +461,8 @@ void Runtime::Impl::writeStats() {
                   "  \"preemptions_deferred_by_blocking_calls\": %llu,",
                Total / 1e6, Without / 1e6, Share, (unsigned long long)CooperativeLaunches.load(),
                (unsigned long long)GraphLaunches.load(),
-               (unsigned long long)PtbStreamClears.load(), Lat.size(), Pct(0.5), Pct(0.99),
+               (unsigned long long)PtbStreamClears.load(),
+               (unsigned long long)PtbStreamWaits.load(), Lat.size(), Pct(0.5), Pct(0.99),
                Lat.empty() ? 0.0 : Lat.back(), IssueLat.size(), PctOf(IssueLat, 0.5),
                PctOf(IssueLat, 0.99), IssueLat.empty() ? 0.0 : IssueLat.back(), SigLat.size(),
                PctOf(SigLat, 0.5),

@@ -728,10 +728,20 @@ FAKE CUresult cuStreamQuery(CUstream St) {
   finishPending(St, false);
   return CUDA_SUCCESS;
 }
-FAKE CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) {
+static std::atomic<unsigned> StreamWaitEvents{0};
+/// The stream goes on once the event's work is done: the memsets queued
+/// before the event on its stream land (launches are not modelled here).
+/// Counted, not logged (fake_stream_wait_events).
+FAKE CUresult cuStreamWaitEvent(CUstream, CUevent E, unsigned) {
   std::lock_guard<std::mutex> DL(driverLock());
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  ++StreamWaitEvents;
+  auto It = S().Events.find(E);
+  if (It != S().Events.end() && !It->second.Deferred)
+    landMemsets(It->second.Stream, false, It->second.Memsets);
   return CUDA_SUCCESS;
 }
+FAKE unsigned fake_stream_wait_events() { return StreamWaitEvents.load(); }
 FAKE CUresult cuStreamWaitValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned F) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in waitvalue");

@@ -58,6 +58,7 @@ void fake_sync_delay_us(unsigned Us);
 void fake_queries_not_ready(int N);
 void fake_sync();
 unsigned fake_open_ptb_launches();
+unsigned fake_stream_wait_events();
 void fake_hold_released(int On);
 void fake_fail_flag_writes(int N);
 size_t fake_blocked_streams();
@@ -310,19 +311,24 @@ TEST(ForcePtb, LaunchGatesTheStreamAndEveryBlockRunsOnce) {
   CUstream S = reinterpret_cast<CUstream>(0x77);
   ASSERT_EQ(launchDirect(M.K, Out, 50, S), CUDA_SUCCESS);
   std::vector<std::string> L = logLines();
-  // Clear the control block, launch one wave of workers (4 SMs x 2), gate
-  // the application's stream on done >= 50, all on that stream.
+  // The control block's slab cleared on an internal stream (CtrlSlab; the
+  // first launch of the process), one wave of workers launched (4 SMs x
+  // 2), the application's stream gated on done >= 50; nothing else on
+  // that stream.
   ASSERT_GE(L.size(), 3u);
   size_t I = 0;
-  while (I < L.size() && L[I].rfind("memset", 0) != 0)
+  while (I < L.size() && L[I].rfind("launch ptb_basic__tally_ptb", 0) != 0)
     ++I;
-  ASSERT_LT(I + 2, L.size());
-  EXPECT_EQ(L[I], "memset stream=s119 words=4");
+  ASSERT_LT(I + 1, L.size());
+  ASSERT_GE(I, 1u);
+  EXPECT_TRUE(std::regex_match(L[I - 1], std::regex("memset stream=s[0-9]+ words=256")))
+      << L[I - 1];
+  EXPECT_EQ(L[I - 1].find("stream=s119"), std::string::npos) << L[I - 1];
   // Under random preemption each launch gets 1 to 8 workers.
   EXPECT_TRUE(std::regex_match(
-      L[I + 1], std::regex("launch ptb_basic__tally_ptb grid=[1-8]x1x1 block=32 stream=s119 bytes=40 extra")))
-      << L[I + 1];
-  EXPECT_EQ(L[I + 2].rfind("waitvalue stream=s119 value=50 flags=0", 0), 0u) << L[I + 2];
+      L[I], std::regex("launch ptb_basic__tally_ptb grid=[1-8]x1x1 block=32 stream=s119 bytes=40 extra")))
+      << L[I];
+  EXPECT_EQ(L[I + 1].rfind("waitvalue stream=s119 value=50 flags=0", 0), 0u) << L[I + 1];
   fake_sync();
   // Wait for the preemptor to finish with the launch.
   for (int T = 0; T < 2000 && fake_open_ptb_launches(); ++T)
@@ -334,66 +340,69 @@ TEST(ForcePtb, LaunchGatesTheStreamAndEveryBlockRunsOnce) {
 
 // Control blocks cleared a slab at a time (CtrlSlab; its ctest entry:
 // TALLY_FORCE=ptb, TALLY_SCHEDULE=0: neither preempted nor watched, so each
-// launch retires as soon as it is seen ended, and no other test's launches share the slabs). The fake's
-// memsets land only when the GPU would be known to have run them (before a
-// later launch on their stream, or when an event behind them is seen
-// complete): a control block used before its slab's clear is known done
-// still holds its last launch's count, and that launch runs no blocks.
+// launch retires as soon as it is seen ended, and no other test's launches
+// share the slabs). The fake's memsets land only when the GPU would be
+// known to have run them (before a later launch on their stream, when an
+// event behind them is seen complete or waited for by a stream, or at a
+// synchronisation): a control block used before its slab's clear has
+// landed still holds its last launch's count, and that launch runs no
+// blocks.
 namespace {
 /// \p Launches PTB launches of 50 blocks each on \p St, each run to its end
-/// (a synchronisation of \p St) before the next; every one must run each block once.
+/// (a synchronisation of \p St) before the next; every one must run each
+/// block once.
 void launchesEachRunToTheEnd(const Module &M, CUstream St, int Launches) {
   for (int I = 0; I < Launches; ++I) {
     std::vector<int> Out(50);
     ASSERT_EQ(launchDirect(M.K, Out, 50, St), CUDA_SUCCESS);
     // (The stream's own work only: a slab's clear queued elsewhere lands
-    // when the runtime sees its event done, not here.)
+    // when the runtime sees its event done or has the stream wait for it.)
     ASSERT_EQ(cuStreamSynchronize(St), CUDA_SUCCESS);
     for (size_t B = 0; B < Out.size(); ++B)
       ASSERT_EQ(Out[B], 1) << "launch " << I << ", logical block " << B;
   }
 }
+
+size_t slabClears() {
+  size_t N = 0;
+  for (const std::string &L : logLines())
+    N += L.rfind("memset ", 0) == 0 && L.find("words=256") != std::string::npos;
+  return N;
+}
 } // namespace
 
-TEST(CtrlSlabs, ClearedOffTheStreamOnceASlabIsBack) {
+TEST(CtrlSlabs, ClearedOffTheStream) {
   Module M("slab_cycle");
   CUstream St = reinterpret_cast<CUstream>(0x51);
   fake_log_clear();
+  unsigned Waits = fake_stream_wait_events();
   launchesEachRunToTheEnd(M, St, 4 * 64);
-  // The first slab's blocks are cleared one by one on the launch's stream;
-  // from then on a slab comes back whole, is cleared with one memset of its
-  // 64 blocks on another stream, and its blocks go out as they are.
-  EXPECT_EQ(countPrefix("memset stream=s81 words=4"), 64u);
-  size_t SlabClears = 0;
+  // A new slab is cleared by one memset of its 64 blocks on another
+  // stream, and again each time all its blocks are back; with the clear
+  // seen done before a block goes out, the launch's stream does nothing.
+  EXPECT_EQ(countPrefix("memset stream=s81"), 0u);
+  EXPECT_EQ(fake_stream_wait_events(), Waits);
+  EXPECT_GE(slabClears(), 4u);
   for (const std::string &L : logLines())
-    if (L.find("words=256") != std::string::npos) {
-      ++SlabClears;
-      EXPECT_EQ(L.find("stream=s81"), std::string::npos) << L;
-    }
-  EXPECT_GE(SlabClears, 3u);
+    if (L.rfind("memset ", 0) == 0)
+      EXPECT_NE(L.find("words=256"), std::string::npos) << L;
   EXPECT_EQ(countPrefix("launch slab_cycle__tally_ptb"), 4u * 64u);
 }
 
-TEST(CtrlSlabs, AClearNotKnownDoneIsNeverUsed) {
+TEST(CtrlSlabs, AClearNotKnownDoneIsWaitedFor) {
   Module M("slab_slow");
   CUstream St = reinterpret_cast<CUstream>(0x52);
   // Every event needs three queries before it reports done: a slab's clear
-  // is queued while launches go on, and none of its blocks may go out
-  // before its event says so (blocks of another slab, cleared on the
-  // launch's stream, go out instead).
+  // is queued while launches go on, and a block of a slab whose clear is
+  // not known done goes out only with its stream waiting for that clear.
   fake_slow_events(3);
   fake_log_clear();
+  unsigned Waits = fake_stream_wait_events();
   launchesEachRunToTheEnd(M, St, 6 * 64);
   fake_slow_events(0);
-  size_t SlabClears = 0;
-  for (const std::string &L : logLines())
-    SlabClears += L.find("words=256") != std::string::npos;
-  EXPECT_GE(SlabClears, 1u);
-  // Some launches cleared their own (slabs not yet known clear), and some
-  // took a cleared slab's.
-  size_t OnStream = countPrefix("memset stream=s82 words=4");
-  EXPECT_GT(OnStream, 0u);
-  EXPECT_LT(OnStream, 6u * 64u);
+  EXPECT_GE(slabClears(), 2u);
+  EXPECT_GT(fake_stream_wait_events(), Waits);
+  EXPECT_EQ(countPrefix("memset stream=s82"), 0u);
 }
 
 // Sampled timing (its ctest entry: TALLY_FORCE=ptb, TALLY_STATS_TIMING=4,
@@ -542,11 +551,11 @@ TEST(ForcePtb, ContextsDestroyedAndMadeAnew) {
     for (const std::string &L : Log)
       EXPECT_EQ(L.find("DEAD"), std::string::npos) << L;
     // The new context got internal streams of its own (resumptions, flags,
-    // metadata reads).
+    // metadata reads, and at its first PTB launch control-block clears).
     size_t Created = 0;
     for (const std::string &L : Log)
       Created += L.rfind("streamcreate", 0) == 0;
-    EXPECT_EQ(Created, 3u);
+    EXPECT_EQ(Created, 4u);
   }
 }
 

@@ -3,8 +3,8 @@
 (ForcePtb configuration): the kernels it launched with variants, the
 preemptions and resumptions with their latency (host-observed, and with
 timed statistics on the GPU's clock too: the fake driver's elapsed time,
-500 us, which it refuses for events made without timing), and the kernels
-without variants with why."""
+500 us, which it refuses for events made without timing), the kernels
+without variants with why, and the control blocks' clears."""
 import json
 import sys
 
@@ -32,6 +32,13 @@ c = k.get("ptb_capture")
 check(c is not None and c["captured"] == 1 and c["launches"]["original"] == 1, "ptb_capture: counted as captured: %s" % c)
 f = k.get("ptb_fail")
 check(f is not None and f["launches"]["original"] == 3 and f["fallbacks"] >= 1, "ptb_fail: fell back: %s" % f)
+# Control blocks (CtrlSlab): the fake reports every clear done at once, so
+# no launch's stream clears its block or waits for its slab's clear; the
+# failed PTB launch (ptb_fail) is not counted.
+ptb = sum(e["launches"]["ptb"] for e in s["kernels"])
+check(ptb > 0 and s["ptb_ctrl_cleared_on_stream"] == 0 and s["ptb_ctrl_waited_on_stream"] == 0,
+      "PTB control blocks all known clear: %d launches, %s cleared and %s waited on their stream"
+      % (ptb, s.get("ptb_ctrl_cleared_on_stream"), s.get("ptb_ctrl_waited_on_stream")))
 timed = s["timing"]["every"] > 0
 if timed:
     check(s["gpu_ms"] > 0 and 0 < s["share_without_variants"] < 1, "GPU time and the share without variants")
