@@ -14,7 +14,6 @@
 // Built by scripts/prepare-device.sh, run by scripts/gpu.sh.
 #include "spin-kernels.h"
 
-#include <map>
 
 /// workBlocks, then every block's thread 0 adds 1 to *done (after its
 /// counters: a gate opened by *done sees the block's writes).
@@ -47,14 +46,6 @@ __global__ void workBlocksDone(const unsigned *in, unsigned *out, unsigned work,
     atomicAdd(cnt, 1ull);
     __threadfence();
     atomicAdd(done, 1u);
-  }
-}
-
-static void ckDrv(CUresult R, const char *What) {
-  if (R != CUDA_SUCCESS) {
-    const char *S = nullptr;
-    cuGetErrorString(R, &S);
-    die("%s failed: %s", What, S ? S : "?");
   }
 }
 
@@ -94,46 +85,26 @@ int main(int Argc, char **Argv) {
   int PerSM = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&PerSM, workBlocksDone, 256, 0));
   const int Threads = 256, Blocks = 8 * Dev.SMs * PerSM;
-  size_t N = (size_t)Blocks * Threads;
-  unsigned *In, *Out;
-  unsigned long long *Counters;
-  CK(cudaMalloc(&In, N * sizeof(unsigned)));
-  CK(cudaMalloc(&Out, N * sizeof(unsigned)));
-  CK(cudaMalloc(&Counters, 2 * sizeof(unsigned long long)));
-  CK(cudaMemset(In, 0x5a, N * sizeof(unsigned)));
   // One 16-byte control block per launch of a batch, as the runtime's pool.
-  CUdeviceptr Ctrl = 0;
-  ckDrv(cuMemAlloc(&Ctrl, 16 * (size_t)Launches), "cuMemAlloc");
-  cudaStream_t S = makeStream(StreamPriority::Default);
+  WorkSetup WS = workSetup((size_t)Blocks * Threads, (size_t)Launches);
+  unsigned *In = WS.In, *Out = WS.Out;
+  unsigned long long *Counters = WS.Counters;
+  CUdeviceptr Ctrl = WS.Ctrl;
+  cudaStream_t S = WS.S;
   CUstream CS = reinterpret_cast<CUstream>(S);
 
-  // Calibrate the work for ~BlockUs per block.
-  unsigned Work = 256;
-  auto TimeOne = [&](unsigned W) {
-    cudaEvent_t A, B;
-    CK(cudaEventCreate(&A));
-    CK(cudaEventCreate(&B));
-    std::vector<float> Ms;
-    for (int I = 0; I < 5; ++I) {
-      CK(cudaEventRecord(A, S));
-      workBlocksDone<<<Blocks, Threads, 0, S>>>(In, Out, W, Counters, Counters + 1,
-                                                reinterpret_cast<unsigned *>(Ctrl + 8));
-      CK(cudaEventRecord(B, S));
-      CK(cudaEventSynchronize(B));
-      float T;
-      CK(cudaEventElapsedTime(&T, A, B));
-      Ms.push_back(T);
-    }
-    CK(cudaEventDestroy(A));
-    CK(cudaEventDestroy(B));
-    std::sort(Ms.begin(), Ms.end());
-    return Ms[2] * 1000.0 / 8;
+  // Calibrate the work for ~BlockUs per block (a kernel is 8 waves).
+  auto PerBlockUs = [&](unsigned W) {
+    return medianOfFiveUs(S, [&] {
+             workBlocksDone<<<Blocks, Threads, 0, S>>>(In, Out, W, Counters, Counters + 1,
+                                                       reinterpret_cast<unsigned *>(Ctrl + 8));
+           }) /
+           8;
   };
-  for (int Round = 0; Round < 4; ++Round)
-    Work = (unsigned)std::max(1.0, std::round(Work * BlockUs / std::max(TimeOne(Work), 0.01)));
+  unsigned Work = calibrateWork(BlockUs, PerBlockUs);
   std::printf("device %s, %d SMs, %d blocks of %d threads (%d per SM), block %.1f us, "
               "%d launches per batch, median of %d batches\n",
-              Dev.Name.c_str(), Dev.SMs, Blocks, Threads, PerSM, TimeOne(Work), Launches,
+              Dev.Name.c_str(), Dev.SMs, Blocks, Threads, PerSM, PerBlockUs(Work), Launches,
               Batches);
 
   std::vector<cudaEvent_t> Evs(3 * (size_t)Launches);
@@ -152,16 +123,14 @@ int main(int Argc, char **Argv) {
       {"runtime: memset + events + wait", true, false, false, true, true},
       {"batch + events + wait", false, false, true, true, true},
   };
-  auto RunBatch = [&](const Ops &O) {
+  const int Count = (int)(sizeof All / sizeof All[0]);
+  auto RunBatch = [&](int Row) {
+    const Ops &O = All[Row];
     // Every control block starts at zero (what the clears would write), so
     // that the waits open whatever the clearing op.
     ckDrv(cuMemsetD32(Ctrl, 0, 4 * (size_t)Launches), "cuMemsetD32");
     CK(cudaDeviceSynchronize());
-    cudaEvent_t A, B;
-    CK(cudaEventCreate(&A));
-    CK(cudaEventCreate(&B));
-    CK(cudaEventRecord(A, S));
-    for (int I = 0; I < Launches; ++I) {
+    return usPerLaunch(S, Launches, [&](int I) {
       CUdeviceptr C = Ctrl + 16 * (size_t)I;
       if (O.Memset)
         ckDrv(cuMemsetD32Async(C, 0, 4, CS), "cuMemsetD32Async");
@@ -192,35 +161,9 @@ int main(int Argc, char **Argv) {
               "cuStreamWaitValue32");
       if (O.Events && O.Wait)
         CK(cudaEventRecord(Evs[3 * I + 2], S));
-    }
-    CK(cudaEventRecord(B, S));
-    CK(cudaEventSynchronize(B));
-    float Ms;
-    CK(cudaEventElapsedTime(&Ms, A, B));
-    CK(cudaEventDestroy(A));
-    CK(cudaEventDestroy(B));
-    return Ms * 1000.0 / Launches;
+    });
   };
-  // Interleaved: batch b of every combination before batch b+1 of any, so
-  // that clocks and neighbours drift over all of them alike.
-  std::map<int, std::vector<double>> Us;
-  const int Count = (int)(sizeof All / sizeof All[0]);
-  for (int I = 0; I < Count; ++I)
-    RunBatch(All[I]); // warm-up
-  for (int B = 0; B < Batches; ++B)
-    for (int I = 0; I < Count; ++I)
-      Us[I].push_back(RunBatch(All[I]));
-  double Base = 0;
-  std::printf("%-34s %12s %10s %8s\n", "operations around each launch", "us/launch",
-              "added us", "ratio");
-  for (int I = 0; I < Count; ++I) {
-    std::vector<double> V = Us[I];
-    std::sort(V.begin(), V.end());
-    double Med = V[V.size() / 2];
-    if (I == 0)
-      Base = Med;
-    std::printf("%-34s %12.2f %10.2f %8.3f\n", All[I].Name, Med, Med - Base, Med / Base);
-  }
-  std::fflush(stdout);
+  std::vector<double> Med = interleavedMedians(Count, Batches, RunBatch);
+  printAgainstFirst("operations around each launch", Med, [&](size_t I) { return All[I].Name; });
   return 0;
 }

@@ -835,18 +835,17 @@ static std::atomic<bool> BeStop{false};
 /// Set by runBe when its timed loop starts.
 static std::atomic<bool> BeRunning{false};
 
-/// Five timed kernels with `Work`; the median kernel time in microseconds.
-[[maybe_unused]] static double timeWork(const unsigned *In, unsigned *Out,
-                                        unsigned Work, unsigned long long *Sum,
-                                        unsigned long long *Cnt, int Blocks,
-                                        int Threads, cudaStream_t S) {
+/// The median of five runs of \p Launch (work queued on \p S), each timed
+/// by CUDA events around it, in microseconds.
+template <class F>
+[[maybe_unused]] static double medianOfFiveUs(cudaStream_t S, F Launch) {
   cudaEvent_t A, B;
   CK(cudaEventCreate(&A));
   CK(cudaEventCreate(&B));
   std::vector<float> Ms;
   for (int R = 0; R < 5; ++R) {
     CK(cudaEventRecord(A, S));
-    workBlocks<<<Blocks, Threads, 0, S>>>(In, Out, Work, Sum, Cnt);
+    Launch();
     CK(cudaGetLastError());
     CK(cudaEventRecord(B, S));
     CK(cudaEventSynchronize(B));
@@ -858,6 +857,107 @@ static std::atomic<bool> BeRunning{false};
   CK(cudaEventDestroy(B));
   std::sort(Ms.begin(), Ms.end());
   return Ms[Ms.size() / 2] * 1000.0;
+}
+
+/// Five timed kernels with `Work`; the median kernel time in microseconds.
+[[maybe_unused]] static double timeWork(const unsigned *In, unsigned *Out,
+                                        unsigned Work, unsigned long long *Sum,
+                                        unsigned long long *Cnt, int Blocks,
+                                        int Threads, cudaStream_t S) {
+  return medianOfFiveUs(
+      S, [&] { workBlocks<<<Blocks, Threads, 0, S>>>(In, Out, Work, Sum, Cnt); });
+}
+
+/// The work (hashing rounds) for blocks of about \p BlockUs: from 256,
+/// four rounds of scaling by what \p PerBlockUs(Work) measures.
+template <class F>
+[[maybe_unused]] static unsigned calibrateWork(double BlockUs, F PerBlockUs) {
+  unsigned Work = 256;
+  for (int Round = 0; Round < 4; ++Round) {
+    double Scaled = std::round(Work * BlockUs / std::max(PerBlockUs(Work), 0.01));
+    Work = (unsigned)std::min(std::max(Scaled, 1.0), (double)UINT32_MAX);
+  }
+  return Work;
+}
+
+/// What the launch-cost benchmarks give workBlocks (ptb-launch-costs.cu,
+/// workblocks-forms.cu): its arrays for \p Elems threads in all (the input
+/// bytes 0x5a), its two counters, \p Ctrls 16-byte control blocks (as the
+/// runtime's), and a stream.
+struct WorkSetup {
+  unsigned *In = nullptr, *Out = nullptr;
+  unsigned long long *Counters = nullptr;
+  CUdeviceptr Ctrl = 0;
+  cudaStream_t S = nullptr;
+};
+[[maybe_unused]] static WorkSetup workSetup(size_t Elems, size_t Ctrls) {
+  WorkSetup W;
+  CK(cudaMalloc(&W.In, Elems * sizeof(unsigned)));
+  CK(cudaMalloc(&W.Out, Elems * sizeof(unsigned)));
+  CK(cudaMalloc(&W.Counters, 2 * sizeof(unsigned long long)));
+  CK(cudaMemset(W.In, 0x5a, Elems * sizeof(unsigned)));
+  CK(cudaMalloc(reinterpret_cast<void **>(&W.Ctrl), 16 * Ctrls));
+  W.S = makeStream(StreamPriority::Default);
+  return W;
+}
+
+/// GPU microseconds per launch of \p N launches queued back to back on
+/// \p S (\p Launch(I) queues the I-th), by events around all of them.
+template <class F>
+[[maybe_unused]] static double usPerLaunch(cudaStream_t S, int N, F Launch) {
+  cudaEvent_t A, B;
+  CK(cudaEventCreate(&A));
+  CK(cudaEventCreate(&B));
+  CK(cudaEventRecord(A, S));
+  for (int I = 0; I < N; ++I)
+    Launch(I);
+  CK(cudaEventRecord(B, S));
+  CK(cudaEventSynchronize(B));
+  float Ms;
+  CK(cudaEventElapsedTime(&Ms, A, B));
+  CK(cudaEventDestroy(A));
+  CK(cudaEventDestroy(B));
+  return Ms * 1000.0 / N;
+}
+
+/// \p Run(I) for I in [0, Count) once each to warm up, then \p Batches
+/// rounds of all of them, interleaved (drift falls on all alike); each
+/// one's median.
+template <class F>
+[[maybe_unused]] static std::vector<double> interleavedMedians(int Count, int Batches, F Run) {
+  std::vector<std::vector<double>> Us(Count);
+  for (int I = 0; I < Count; ++I)
+    Run(I);
+  for (int B = 0; B < Batches; ++B)
+    for (int I = 0; I < Count; ++I)
+      Us[I].push_back(Run(I));
+  std::vector<double> Med;
+  for (std::vector<double> &V : Us) {
+    std::sort(V.begin(), V.end());
+    Med.push_back(V[V.size() / 2]);
+  }
+  return Med;
+}
+
+/// A table of \p Med (us per launch, row I named \p Name(I)) against the
+/// first row.
+template <class F>
+[[maybe_unused]] static void printAgainstFirst(const char *Head, const std::vector<double> &Med,
+                                               F Name) {
+  std::printf("%-34s %12s %10s %8s\n", Head, "us/launch", "added us", "ratio");
+  for (size_t I = 0; I < Med.size(); ++I)
+    std::printf("%-34s %12.2f %10.2f %8.3f\n", Name(I), Med[I], Med[I] - Med[0],
+                Med[I] / Med[0]);
+  std::fflush(stdout);
+}
+
+/// A checked driver API call (programs that link the driver: -lcuda).
+[[maybe_unused]] static void ckDrv(CUresult R, const char *What) {
+  if (R != CUDA_SUCCESS) {
+    const char *Str = nullptr;
+    cuGetErrorString(R, &Str);
+    die("%s failed: %s", What, Str ? Str : "?");
+  }
 }
 
 /// Runs BE kernels on stream S until Iters, Duration or BeStop, printing
@@ -893,16 +993,10 @@ static std::atomic<bool> BeRunning{false};
   // Calibration: not part of the output (the counters are reset after it and
   // the output of a kernel does not depend on the ones before).
   unsigned Work = (unsigned)O.Work;
-  if (!Work) {
-    Work = 256;
-    for (int Round = 0; Round < 4; ++Round) {
-      double PerBlock = timeWork(In, Out, Work, Counters, Counters + 1, Blocks,
-                                 O.Threads, S) /
-                        Waves;
-      double Scaled = std::round(Work * O.BlockUs / std::max(PerBlock, 0.01));
-      Work = (unsigned)std::min(std::max(Scaled, 1.0), (double)UINT32_MAX);
-    }
-  }
+  if (!Work)
+    Work = calibrateWork(O.BlockUs, [&](unsigned W) {
+      return timeWork(In, Out, W, Counters, Counters + 1, Blocks, O.Threads, S) / Waves;
+    });
   double BlockUs =
       timeWork(In, Out, Work, Counters, Counters + 1, Blocks, O.Threads, S) /
       Waves;

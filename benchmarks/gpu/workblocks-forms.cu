@@ -13,14 +13,6 @@
 // scripts/debug/ptb-costs.sh.
 #include "spin-kernels.h"
 
-static void ckDrv(CUresult R, const char *What) {
-  if (R != CUDA_SUCCESS) {
-    const char *S = nullptr;
-    cuGetErrorString(R, &S);
-    die("%s failed: %s", What, S ? S : "?");
-  }
-}
-
 int main(int Argc, char **Argv) {
   ProgName = "workblocks-forms";
   std::string Cubin;
@@ -60,40 +52,19 @@ int main(int Argc, char **Argv) {
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&PerSM, workBlocks, 256, 0));
   ckDrv(cuOccupancyMaxActiveBlocksPerMultiprocessor(&PtbPerSM, FPtb, 256, 0), "occupancy");
   const unsigned Threads = 256, Blocks = 8 * Dev.SMs * PerSM;
-  size_t N = (size_t)Blocks * Threads;
-  unsigned *In, *Out;
-  unsigned long long *Counters;
-  CK(cudaMalloc(&In, N * sizeof(unsigned)));
-  CK(cudaMalloc(&Out, N * sizeof(unsigned)));
-  CK(cudaMalloc(&Counters, 2 * sizeof(unsigned long long)));
-  CK(cudaMemset(In, 0x5a, N * sizeof(unsigned)));
-  CUdeviceptr Ctrl = 0;
-  ckDrv(cuMemAlloc(&Ctrl, 16 * (size_t)Launches), "cuMemAlloc");
-  cudaStream_t S = makeStream(StreamPriority::Default);
+  // One 16-byte control block per launch of a batch, as the runtime's pool.
+  WorkSetup WS = workSetup((size_t)Blocks * Threads, (size_t)Launches);
+  unsigned *In = WS.In, *Out = WS.Out;
+  unsigned long long *Counters = WS.Counters;
+  CUdeviceptr Ctrl = WS.Ctrl;
+  cudaStream_t S = WS.S;
   CUstream CS = reinterpret_cast<CUstream>(S);
 
-  unsigned Work = 256;
-  auto TimeNvcc = [&](unsigned W) {
-    cudaEvent_t A, B;
-    CK(cudaEventCreate(&A));
-    CK(cudaEventCreate(&B));
-    std::vector<float> Ms;
-    for (int I = 0; I < 5; ++I) {
-      CK(cudaEventRecord(A, S));
-      workBlocks<<<Blocks, Threads, 0, S>>>(In, Out, W, Counters, Counters + 1);
-      CK(cudaEventRecord(B, S));
-      CK(cudaEventSynchronize(B));
-      float T;
-      CK(cudaEventElapsedTime(&T, A, B));
-      Ms.push_back(T);
-    }
-    CK(cudaEventDestroy(A));
-    CK(cudaEventDestroy(B));
-    std::sort(Ms.begin(), Ms.end());
-    return Ms[2] * 1000.0 / 8;
+  // One kernel is 8 waves of blocks.
+  auto PerBlockUs = [&](unsigned W) {
+    return timeWork(In, Out, W, Counters, Counters + 1, Blocks, Threads, S) / 8;
   };
-  for (int Round = 0; Round < 4; ++Round)
-    Work = (unsigned)std::max(1.0, std::round(Work * BlockUs / std::max(TimeNvcc(Work), 0.01)));
+  unsigned Work = calibrateWork(BlockUs, PerBlockUs);
 
   struct Row {
     const char *Name;
@@ -112,17 +83,15 @@ int main(int Argc, char **Argv) {
   std::printf("device %s, %d SMs, %u blocks of %u threads (%d per SM; PTB variant %d), work %u "
               "(block %.1f us), %d launches per batch, median of %d batches\n",
               Dev.Name.c_str(), Dev.SMs, Blocks, Threads, PerSM, PtbPerSM, Work,
-              TimeNvcc(Work), Launches, Batches);
+              PerBlockUs(Work), Launches, Batches);
   unsigned long long *Sum = Counters, *Cnt = Counters + 1;
-  auto RunBatch = [&](const Row &Rw) {
+  const int Count = (int)(sizeof Rows / sizeof Rows[0]);
+  auto RunBatch = [&](int RowIndex) {
+    const Row &Rw = Rows[RowIndex];
     ckDrv(cuMemsetD32(Ctrl, 0, 4 * (size_t)Launches), "cuMemsetD32");
     CK(cudaDeviceSynchronize());
-    cudaEvent_t A, B;
-    CK(cudaEventCreate(&A));
-    CK(cudaEventCreate(&B));
-    CK(cudaEventRecord(A, S));
     unsigned Zero = 0, GX = Blocks, G1 = 1;
-    for (int I = 0; I < Launches; ++I) {
+    return usPerLaunch(S, Launches, [&](int I) {
       CUdeviceptr C = Ctrl + 16 * (size_t)I;
       unsigned Chunk = Rw.Chunk;
       void *Orig[] = {&In, &Out, &Work, &Sum, &Cnt};
@@ -144,22 +113,9 @@ int main(int Argc, char **Argv) {
         ckDrv(cuLaunchKernel(FPtb, W, 1, 1, Threads, 1, 1, 0, CS, Ptb, nullptr), "launch");
       }
       }
-    }
-    CK(cudaEventRecord(B, S));
-    CK(cudaEventSynchronize(B));
-    float Ms;
-    CK(cudaEventElapsedTime(&Ms, A, B));
-    CK(cudaEventDestroy(A));
-    CK(cudaEventDestroy(B));
-    return Ms * 1000.0 / Launches;
+    });
   };
-  const int Count = (int)(sizeof Rows / sizeof Rows[0]);
-  std::vector<std::vector<double>> Us(Count);
-  for (int I = 0; I < Count; ++I)
-    RunBatch(Rows[I]); // warm-up
-  for (int B = 0; B < Batches; ++B)
-    for (int I = 0; I < Count; ++I)
-      Us[I].push_back(RunBatch(Rows[I]));
+  std::vector<double> Med = interleavedMedians(Count, Batches, RunBatch);
   // Every form computed the same blocks: the block counter says each ran
   // once per launch.
   unsigned long long Done = 0;
@@ -167,15 +123,6 @@ int main(int Argc, char **Argv) {
   unsigned long long Want = (unsigned long long)Blocks * Launches * (unsigned long long)(Count * (Batches + 1)) +
                             (unsigned long long)Blocks * 5 * 5; // the calibration's
   std::printf("blocks run %llu, expected %llu: %s\n", Done, Want, Done == Want ? "ok" : "MISMATCH");
-  double Base = 0;
-  std::printf("%-30s %12s %10s %8s\n", "form", "us/launch", "added us", "ratio");
-  for (int I = 0; I < Count; ++I) {
-    std::vector<double> V = Us[I];
-    std::sort(V.begin(), V.end());
-    double Med = V[V.size() / 2];
-    if (I == 0)
-      Base = Med;
-    std::printf("%-30s %12.2f %10.2f %8.3f\n", Rows[I].Name, Med, Med - Base, Med / Base);
-  }
+  printAgainstFirst("form", Med, [&](size_t I) { return Rows[I].Name; });
   return Done == Want ? 0 : 3;
 }
