@@ -223,15 +223,21 @@ CUdeviceptr Runtime::Impl::acquireCtrl(ContextState &C, CtrlPrep &Prep, CUevent 
     }
     if (!S)
       S = Clearing ? Clearing : Dirty;
-    if (!S) {
-      // Never freed: reused for the context's life.
+    // A new one (never freed: reused for the context's life). One whose
+    // clear was queued but cannot be tracked (Broken) is never used: the
+    // next one is cleared block by block (clears are off from then on).
+    for (int Try = 0; !S && Try < 2; ++Try) {
       auto P = std::make_unique<CtrlSlab>();
       if (D.cuMemAlloc(&P->Base, CtrlSlab::Count * 16) != CUDA_SUCCESS)
         return 0;
       S = P.get();
       C.Slabs.push_back(std::move(P));
       clearSlab(C, *S);
+      if (S->St == CtrlSlab::State::Broken)
+        S = nullptr;
     }
+    if (!S)
+      return 0;
     C.Filling = S;
   }
   if (S->St == CtrlSlab::State::Clearing && D.cuEventQuery(S->Cleared) == CUDA_SUCCESS)

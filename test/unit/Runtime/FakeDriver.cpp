@@ -3,7 +3,8 @@
 // libfakecuda.so exports the driver entry points libtally.so uses, with a
 // small model behind them, so the runtime is tested without a GPU:
 //
-//  * device memory is host memory (CUdeviceptr = host address);
+//  * device memory is host memory (CUdeviceptr = host address), handed out
+//    uncleared (bytes 0xa5); memsets on a stream land lazily (LazyMemset);
 //  * modules and libraries hold kernels the test registers, with their
 //    parameter layout and, for variants, where their extra parameters sit;
 //  * a kernel "runs" its logical blocks by adding 1 to out[block], where
@@ -134,6 +135,12 @@ struct State {
   std::vector<AfterLaunch> AfterLaunches;
   std::vector<LazyMemset> Memsets;
   uint64_t MemsetSeq = 0;
+  /// The latest memset on each stream, [begin, end) (fake_fail_record_after_memset).
+  std::map<CUstream, std::pair<uintptr_t, uintptr_t>> LastMemset;
+  /// Memory whose memset's event record failed: the memset may land at any
+  /// time, so a PTB launch on a control block there logs "POISONED".
+  std::vector<std::pair<uintptr_t, uintptr_t>> Poisoned;
+  bool FailRecordAfterMemset = false;
   std::map<CUstream, bool> Capturing;
   unsigned BlocksBeforeFlag = 1;
   int SMs = 4, BlocksPerSM = 2;
@@ -401,9 +408,14 @@ CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsig
       runBlock(B, Off + I);
     break;
   }
-  case Kind::Ptb:
+  case Kind::Ptb: {
+    uintptr_t Ctrl = rd64(B, K->CtrlAt);
+    for (auto [Lo, Hi] : S().Poisoned)
+      if (Ctrl >= Lo && Ctrl < Hi)
+        log("POISONED control block: a memset whose event record failed may land on it");
     S().Pending.push_back({K, B, Gx, St, true});
     break;
+  }
   }
   return CUDA_SUCCESS;
 }
@@ -759,6 +771,12 @@ static std::atomic<int> FailFlagWrites{0};
 /// The next N writes of a raised flag (1 to a PTB launch's control block)
 /// fail, as a driver call may.
 FAKE void fake_fail_flag_writes(int N) { FailFlagWrites = N; }
+/// The next event record made right after a memset on its stream fails
+/// (the memset stays queued: see State::Poisoned).
+FAKE void fake_fail_record_after_memset() {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  S().FailRecordAfterMemset = true;
+}
 FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t V, unsigned) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in writevalue");
@@ -798,6 +816,14 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(E, "event in record");
   checkLive(St, "stream in record");
+  auto Last = S().LastMemset.find(St);
+  if (S().FailRecordAfterMemset && Last != S().LastMemset.end()) {
+    S().FailRecordAfterMemset = false;
+    S().Poisoned.push_back(Last->second);
+    log("record FAILED stream=" + streamName(St));
+    return CUDA_ERROR_UNKNOWN;
+  }
+  S().LastMemset.erase(St);
   pump();
   if (S().Blocked.count(St)) {
     S().Events[E] = {St, 0, 0, 0, true};
@@ -865,8 +891,13 @@ FAKE CUresult cuEventElapsedTime_v2(float *Ms, CUevent A, CUevent B) {
   *Ms = Us ? float(std::atof(Us) / 1000.0) : 0.5f;
   return CUDA_SUCCESS;
 }
+/// Device memory comes uncleared, as the driver's may (bytes 0xa5): a
+/// control block used before any clear runs no blocks.
 FAKE CUresult cuMemAlloc_v2(CUdeviceptr *P, size_t Bytes) {
-  *P = reinterpret_cast<CUdeviceptr>(std::calloc(1, Bytes));
+  void *M = std::malloc(Bytes ? Bytes : 1);
+  if (M)
+    std::memset(M, 0xa5, Bytes);
+  *P = reinterpret_cast<CUdeviceptr>(M);
   return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 FAKE CUresult cuMemHostAlloc(void **P, size_t Bytes, unsigned) {
@@ -881,6 +912,7 @@ FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St)
   std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   S().Memsets.push_back({S().MemsetSeq++, St, reinterpret_cast<uint32_t *>(P), V, N});
+  S().LastMemset[St] = {uintptr_t(P), uintptr_t(P) + 4 * N};
   log("memset stream=" + streamName(St) + " words=" + std::to_string(N));
   return CUDA_SUCCESS;
 }

@@ -61,6 +61,7 @@ unsigned fake_open_ptb_launches();
 unsigned fake_stream_wait_events();
 void fake_hold_released(int On);
 void fake_fail_flag_writes(int N);
+void fake_fail_record_after_memset();
 size_t fake_blocked_streams();
 void fake_release_destroys();
 void fake_destroy_context();
@@ -403,6 +404,21 @@ TEST(CtrlSlabs, AClearNotKnownDoneIsWaitedFor) {
   EXPECT_GE(slabClears(), 2u);
   EXPECT_GT(fake_stream_wait_events(), Waits);
   EXPECT_EQ(countPrefix("memset stream=s82"), 0u);
+}
+
+// A slab whose clear was queued but whose event could not be recorded (its
+// own ctest entry: clears are off for the rest of the process): the memset
+// may land at any time, so none of its blocks may go out; the launches
+// clear their own blocks on their stream from then on.
+TEST(CtrlSlabsBroken, ASlabWhoseClearCannotBeTrackedIsNeverUsed) {
+  Module M("slab_broken");
+  CUstream St = reinterpret_cast<CUstream>(0x53);
+  fake_fail_record_after_memset();
+  fake_log_clear();
+  launchesEachRunToTheEnd(M, St, 2 * 64);
+  EXPECT_EQ(countPrefix("record FAILED"), 1u);
+  EXPECT_EQ(countPrefix("POISONED"), 0u);
+  EXPECT_EQ(countPrefix("memset stream=s83 words=4"), 2u * 64u);
 }
 
 // Sampled timing (its ctest entry: TALLY_FORCE=ptb, TALLY_STATS_TIMING=4,

@@ -67,6 +67,9 @@ tally_stats_test(runtime-force-ptb-untimed "ForcePtb.*"
 add_test(NAME runtime-ctrl-slabs COMMAND RuntimeTests --gtest_filter=CtrlSlabs.*)
 set_tests_properties(runtime-ctrl-slabs PROPERTIES ENVIRONMENT
   "${_rt_env};TALLY_FORCE=ptb;TALLY_SCHEDULE=0")
+add_test(NAME runtime-ctrl-slabs-broken COMMAND RuntimeTests --gtest_filter=CtrlSlabsBroken.*)
+set_tests_properties(runtime-ctrl-slabs-broken PROPERTIES ENVIRONMENT
+  "${_rt_env};TALLY_FORCE=ptb;TALLY_SCHEDULE=0")
 # Sampled timing: one launch in four timed, the rest estimated.
 tally_stats_test(runtime-stats-sampled "StatsTiming.*"
   "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS_TIMING=4;FAKE_ELAPSED_US=10" check-stats-sampled.py)
