@@ -19,7 +19,8 @@
 # Usage: scripts/debug/ptb-costs.sh [DIR]   (DIR default .carry/runtime)
 # Environment: OUT (default gpu-out), BE_SECONDS, HP_LOAD, HP_SECONDS (8),
 # PROFILE, PROFILE_SEED (see gpu-colocate.sh), VARIANTS (default empty:
-# more tally-mps systems, TALLY_MPS_VARIANTS), OLD_LIB, COLO (0: no step 4).
+# more tally-mps systems, TALLY_MPS_VARIANTS), OLD_LIB, COLO (0: no step 4),
+# STATS (0: step 2 without --stats).
 # Writes OUT/summary.md, OUT/be-alone.tar.xz (step 2's logs and statistics)
 # and OUT/colo.tar.xz.
 set -uo pipefail
@@ -54,7 +55,7 @@ work=$("$R/be-spin" --calibrate | sed -n 's/^be: work \([0-9]*\) .*/\1/p')
   echo
   echo '## be-spin alone (kernels/s)'
   echo
-  echo "work $work, $BE_S s per run, each run twice (interleaved); the ratio is to plain's first"
+  echo "work $work, $BE_S s per run, each run twice (interleaved); the ratio is to plain's first; statistics $([[ ${STATS:-1} == 0 ]] && echo off || echo "on (every launch timed)")"
   echo
   echo '| run | kernels/s | ratio | verify |'
   echo '| --- | ---: | ---: | --- |'
@@ -67,15 +68,19 @@ for rep in 1 2; do
     log=$OUT/be-$run-$rep.log
     lib=()
     [[ $run == old-* ]] && lib=(env "TALLY_LIBRARY=$OLD_LIB")
+    # Statistics time every launch (two events each: about 5 % of this
+    # kernel's speed); STATS=0 runs without them.
+    stats=(--stats="$OUT/be-$run-$rep.json")
+    [[ ${STATS:-1} == 0 ]] && stats=()
     case $run in
     plain) cmd=("$R/be-spin") ;;
-    tally) cmd=("$TALLY" run --priority=best-effort --stats="$OUT/be-$run-$rep.json" -- "$R/be-spin.tally") ;;
+    tally) cmd=("$TALLY" run --priority=best-effort "${stats[@]}" -- "$R/be-spin.tally") ;;
     *ptb-w8) cmd=("${lib[@]}" env TALLY_PTB_WORKERS_PER_SM=8 "$TALLY" run --priority=best-effort --force=ptb
-      --stats="$OUT/be-$run-$rep.json" -- "$R/be-spin.tally") ;;
+      "${stats[@]}" -- "$R/be-spin.tally") ;;
     *ptb-w4) cmd=("${lib[@]}" env TALLY_PTB_WORKERS_PER_SM=4 "$TALLY" run --priority=best-effort --force=ptb
-      --stats="$OUT/be-$run-$rep.json" -- "$R/be-spin.tally") ;;
+      "${stats[@]}" -- "$R/be-spin.tally") ;;
     slice) cmd=(env TALLY_SLICE_BLOCKS=1048576 "$TALLY" run --priority=best-effort --force=slice
-      --stats="$OUT/be-$run-$rep.json" -- "$R/be-spin.tally") ;;
+      "${stats[@]}" -- "$R/be-spin.tally") ;;
     esac
     "${cmd[@]}" --duration "$BE_S" --work "$work" >"$log" 2>&1
     r=$?
