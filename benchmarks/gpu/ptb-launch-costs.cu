@@ -61,17 +61,12 @@ struct Ops {
 
 int main(int Argc, char **Argv) {
   ProgName = "ptb-launch-costs";
-  double BlockUs = 10;
-  int Launches = 200, Batches = 7;
+  BatchOptions O{10, 200, 7};
   ArgReader R(Argc, Argv);
   while (R.next()) {
-    if (R.is("--block-us"))
-      BlockUs = R.number(0.1, 1e5);
-    else if (R.is("--launches"))
-      Launches = (int)R.integer(1, 100000);
-    else if (R.is("--batches"))
-      Batches = (int)R.integer(1, 1000);
-    else if (R.flag("--help") || R.flag("-h")) {
+    if (parseBatchOption(R, O))
+      continue;
+    if (R.flag("--help") || R.flag("-h")) {
       std::printf("usage: ptb-launch-costs [--block-us U] [--launches N] [--batches B]\n"
                   "  GPU time per launch of 8 waves of ~U us hashing blocks (default 10)\n"
                   "  with the stream operations of a PTB launch around each, against\n"
@@ -80,6 +75,8 @@ int main(int Argc, char **Argv) {
     } else
       die("unknown option %s (--help)", R.name().c_str());
   }
+  const double BlockUs = O.BlockUs;
+  const int Launches = O.Launches, Batches = O.Batches;
   DeviceInfo Dev = deviceInfo();
   CK(cudaFree(nullptr));
   int PerSM = 0;

@@ -880,6 +880,25 @@ template <class F>
   return Work;
 }
 
+/// The launch-cost benchmarks' options (ptb-launch-costs.cu,
+/// workblocks-forms.cu): block length, launches per batch, batches.
+struct BatchOptions {
+  double BlockUs = 10;
+  int Launches, Batches;
+};
+/// Parses the option at R into O; false if the name is not one.
+[[maybe_unused]] static bool parseBatchOption(ArgReader &R, BatchOptions &O) {
+  if (R.is("--block-us"))
+    O.BlockUs = R.number(0.1, 1e5);
+  else if (R.is("--launches"))
+    O.Launches = (int)R.integer(1, 100000);
+  else if (R.is("--batches"))
+    O.Batches = (int)R.integer(1, 1000);
+  else
+    return false;
+  return true;
+}
+
 /// What the launch-cost benchmarks give workBlocks (ptb-launch-costs.cu,
 /// workblocks-forms.cu): its arrays for \p Elems threads in all (the input
 /// bytes 0x5a), its two counters, \p Ctrls 16-byte control blocks (as the

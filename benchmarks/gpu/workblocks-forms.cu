@@ -16,17 +16,12 @@
 int main(int Argc, char **Argv) {
   ProgName = "workblocks-forms";
   std::string Cubin;
-  double BlockUs = 10;
-  int Launches = 100, Batches = 5;
+  BatchOptions O{10, 100, 5};
   ArgReader R(Argc, Argv);
   while (R.next()) {
-    if (R.is("--block-us"))
-      BlockUs = R.number(0.1, 1e5);
-    else if (R.is("--launches"))
-      Launches = (int)R.integer(1, 100000);
-    else if (R.is("--batches"))
-      Batches = (int)R.integer(1, 1000);
-    else if (R.flag("--help") || R.flag("-h")) {
+    if (parseBatchOption(R, O))
+      continue;
+    if (R.flag("--help") || R.flag("-h")) {
       std::printf("usage: workblocks-forms CUBIN [--block-us U] [--launches N] [--batches B]\n"
                   "  CUBIN: be-spin's kernels after tally-opt, compiled by ptxas\n");
       return 0;
@@ -37,6 +32,8 @@ int main(int Argc, char **Argv) {
   }
   if (Cubin.empty())
     die("no cubin given (--help)");
+  const double BlockUs = O.BlockUs;
+  const int Launches = O.Launches, Batches = O.Batches;
   DeviceInfo Dev = deviceInfo();
   CK(cudaFree(nullptr));
   CUmodule M;

@@ -267,8 +267,7 @@ void Runtime::Impl::releaseCtrl(ContextState &C, CUdeviceptr Ctrl) {
 }
 
 void Runtime::Impl::clearSlab(ContextState &C, CtrlSlab &S) {
-  if (S.St == CtrlSlab::State::Broken)
-    return;
+  // (Never a Broken slab: none of its blocks goes out, so none comes back.)
   S.St = CtrlSlab::State::Dirty;
   if (C.ClearBroken)
     return;

@@ -112,6 +112,9 @@ set_tests_properties(runtime-bad-setting PROPERTIES
   PASS_REGULAR_EXPRESSION "bad value .fastest. for TALLY_FORCE"
   FAIL_REGULAR_EXPRESSION "FAILED")
 
+# What the beside tests (under MPS) share: no profile cache, HP never
+# silent long enough for Free mode, statistics, an MPS client.
+set(_beside_env "TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1")
 # Scheduling across processes: each with a segment folder of its own, so
 # tests running in parallel do not see each other's processes.
 # A BE process held while the test plays an active HP process; it measures
@@ -182,13 +185,13 @@ set_tests_properties(runtime-schedule-queue PROPERTIES
 # with the rule off (0) it is.
 add_test(NAME runtime-schedule-launch-bound COMMAND RuntimeTests --gtest_filter=ScheduleBe.LaunchBoundHpIsNotWaitedFor)
 set_tests_properties(runtime-schedule-launch-bound PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-launch-bound;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;CUDA_MPS_CLIENT_PRIORITY=1"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-launch-bound;${_beside_env};CUDA_MPS_CLIENT_PRIORITY=1"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "tally: 1 launches started beside HP instead of waiting, every HP process waiting for the GPU less than 25 % of its requests' time"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-launch-bound-off COMMAND RuntimeTests --gtest_filter=ScheduleBe.LaunchBoundHpIsNotWaitedFor)
 set_tests_properties(runtime-schedule-launch-bound-off PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-launch-bound-off;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;CUDA_MPS_CLIENT_PRIORITY=1;TALLY_HP_WAIT_SHARE=0;TEST_SHARE_OFF=1"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-launch-bound-off;${_beside_env};CUDA_MPS_CLIENT_PRIORITY=1;TALLY_HP_WAIT_SHARE=0;TEST_SHARE_OFF=1"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "PASSED"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD|started beside HP instead of waiting")
@@ -250,7 +253,7 @@ function(tally_short_waves_test NAME EXPECT ENV)
   add_test(NAME runtime-schedule-${NAME}
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortWavesRunAsTheOriginalBesideHp)
   set_tests_properties(runtime-schedule-${NAME} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${NAME};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=50;CUDA_MPS_CLIENT_PRIORITY=1;TEST_EXPECT_ORIGINAL=${EXPECT}${ENV}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${NAME};${_beside_env};FAKE_ELAPSED_US=50;CUDA_MPS_CLIENT_PRIORITY=1;TEST_EXPECT_ORIGINAL=${EXPECT}${ENV}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endfunction()
 tally_short_waves_test(short-waves 1 ";TALLY_BESIDE_WAVE_US=15")
@@ -258,14 +261,14 @@ tally_short_waves_test(short-waves-off 0 "")
 add_test(NAME runtime-schedule-beside-revoked
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideKernelThatRunsLongIsHeldAgain)
 set_tests_properties(runtime-schedule-beside-revoked PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-revoked;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=10"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-revoked;${_beside_env};FAKE_ELAPSED_US=10"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "short launches timed again \\(with HP idle\\), [4-9] of them over the target; 1 shapes timed too long too often"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 add_test(NAME runtime-schedule-beside-slices
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortSlicesRunBesideHp)
 set_tests_properties(runtime-schedule-beside-slices PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-slices;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-slices;${_beside_env};FAKE_ELAPSED_US=100"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "[^0-9]1 times HP arrived while a BE kernel that cannot be stopped ran.*beside HP \\(MPS\\): 2 short launches started while HP was busy"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
@@ -276,7 +279,7 @@ foreach(_case "small;50;1" "small-off;0;0")
   add_test(NAME runtime-schedule-beside-${_name}
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.SmallGridsRunBesideHpWhateverTheirTime)
   set_tests_properties(runtime-schedule-beside-${_name} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=500;TALLY_BESIDE_PTB_PERCENT=${_pct};TEST_EXPECT_SMALL=${_expect}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-${_name};${_beside_env};FAKE_ELAPSED_US=500;TALLY_BESIDE_PTB_PERCENT=${_pct};TEST_EXPECT_SMALL=${_expect}"
     TIMEOUT 120
     PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): ${_expect} short launches started while HP was busy \\(${_expect} of them small grids\\)"
     FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
@@ -284,7 +287,7 @@ endforeach()
 add_test(NAME runtime-schedule-beside-check-discarded
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideCheckWhileHpCameByIsDiscarded)
 set_tests_properties(runtime-schedule-beside-check-discarded PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-check;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=10"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-check;${_beside_env};FAKE_ELAPSED_US=10"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "0 shapes timed too long too often"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
@@ -309,7 +312,7 @@ endforeach()
 add_test(NAME runtime-schedule-narrow-hp-no-mps
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.PtbLaunchesRunNarrowBesideHp)
 set_tests_properties(runtime-schedule-narrow-hp-no-mps PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-narrow-hp-no-mps;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_WIDEN_US=200000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50;TEST_EXPECT_NARROW=0;TEST_HP_NO_MPS=1"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-narrow-hp-no-mps;${_beside_env};FAKE_ELAPSED_US=100;TALLY_WIDEN_US=200000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50;TEST_EXPECT_NARROW=0;TEST_HP_NO_MPS=1"
   TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process that is no MPS client was seen" FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 set_tests_properties(runtime-schedule-narrow PROPERTIES
   PASS_REGULAR_EXPRESSION "PTB beside HP \\(50 % of a wave of workers\\): [1-9][0-9]* launches started narrow \\(0 of them only for being queued behind earlier ones\\), [1-9][0-9]* narrowed for HP \\(counted as preemptions above\\), [1-9][0-9]* widened after 200000 us of quiet")
@@ -319,7 +322,7 @@ set_tests_properties(runtime-schedule-narrow PROPERTIES
 add_test(NAME runtime-schedule-queued-narrow
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueuedPtbLaunchesStartNarrow)
 set_tests_properties(runtime-schedule-queued-narrow PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queued-narrow;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_QUEUE_US=1000;TALLY_WIDEN_US=400000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queued-narrow;${_beside_env};FAKE_ELAPSED_US=100;TALLY_QUEUE_US=1000;TALLY_WIDEN_US=400000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "launches started narrow \\(1 of them only for being queued behind earlier ones\\)"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
@@ -333,7 +336,7 @@ foreach(_case "unwatched;1;TALLY_LOG_LEVEL=warn" "unwatched-off;0;TALLY_NARROW_U
   add_test(NAME runtime-schedule-${_name}
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortNarrowLaunchesGoUnwatched)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_BESIDE_PTB_PERCENT=50;TEST_EXPECT_UNWATCHED=${_expect};${_extra}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};${_beside_env};FAKE_ELAPSED_US=100;TALLY_BESIDE_PTB_PERCENT=50;TEST_EXPECT_UNWATCHED=${_expect};${_extra}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
 set_tests_properties(runtime-schedule-unwatched PROPERTIES
@@ -350,7 +353,7 @@ foreach(_case "provisional;1" "provisional-off;0")
   add_test(NAME runtime-schedule-${_name}
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShapesBeingMeasuredRunNarrowBesideHp)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=1;FAKE_ELAPSED_US=100;TALLY_IDLE_US=200000;TALLY_WIDEN_US=1000;TALLY_BESIDE_PTB_PERCENT=50;TALLY_PROVISIONAL=${_on};TEST_EXPECT_PROVISIONAL=${_on}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};${_beside_env};FAKE_ELAPSED_US=100;TALLY_IDLE_US=200000;TALLY_WIDEN_US=1000;TALLY_BESIDE_PTB_PERCENT=50;TALLY_PROVISIONAL=${_on};TEST_EXPECT_PROVISIONAL=${_on}"
     TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 endforeach()
 set_tests_properties(runtime-schedule-provisional PROPERTIES
