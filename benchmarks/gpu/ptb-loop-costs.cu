@@ -24,11 +24,19 @@
     }                                                                          \
   } while (0)
 
+// Iterations of an integer hash per thread before the store (0: none). With
+// it the blocks run for microseconds on the SMs' integer pipes, as
+// be-spin's do (the second table).
+__constant__ unsigned Work;
+
 __device__ __forceinline__ void body(const int *in, int *out, unsigned B) {
   unsigned I = B * blockDim.x + threadIdx.x;
   int V = in[I];
   int R = __syncthreads_or(V < 0);
-  out[I] = V + R;
+  unsigned H = I;
+  for (unsigned K = 0; K < Work; ++K)
+    H = (H ^ (H >> 13)) * 0x5bd1e995u + K;
+  out[I] = V + R + (Work ? int(H & 1) : 0);
 }
 
 __global__ void original(const int *in, int *out) { body(in, out, blockIdx.x); }
@@ -212,13 +220,10 @@ template <typename F> float timeIt(F Launch, unsigned *Next) {
   return T[T.size() / 2];
 }
 
-int main() {
-  cudaDeviceProp P;
-  CK(cudaGetDeviceProperties(&P, 0));
+static void table(const cudaDeviceProp &P, const std::vector<unsigned> &Sizes) {
   const unsigned Threads = 256;
-  std::printf("device: %s, %d SMs\n", P.name, P.multiProcessorCount);
   std::printf("%-34s %8s %10s %8s\n", "variant", "blocks", "median_us", "ratio");
-  for (unsigned N : {1920u, 30720u, 491520u}) {
+  for (unsigned N : Sizes) {
     int *In, *Out;
     unsigned *Next;
     CK(cudaMalloc(&In, size_t(N) * Threads * 4));
@@ -257,5 +262,49 @@ int main() {
     CK(cudaFree(Out));
     CK(cudaFree(Next));
   }
+}
+
+int main() {
+  cudaDeviceProp P;
+  CK(cudaGetDeviceProperties(&P, 0));
+  std::printf("device: %s, %d SMs\n", P.name, P.multiProcessorCount);
+  table(P, {1920u, 30720u, 491520u});
+  // Blocks of about 10 and 2 us (the hash calibrated on one wave of the
+  // original), 8 waves: the claim's latency against the body's length.
+  int PerSM = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&PerSM, claimEach, 256, 0));
+  unsigned W = PerSM * P.multiProcessorCount;
+  int *In, *Out;
+  CK(cudaMalloc(&In, size_t(8 * W) * 256 * 4));
+  CK(cudaMalloc(&Out, size_t(8 * W) * 256 * 4));
+  CK(cudaMemset(In, 1, size_t(8 * W) * 256 * 4));
+  // A wave's time: the original's 16 waves less its 8, over 8 (the launch's
+  // own latency cancels).
+  auto WaveUs = [&] {
+    float T8 = timeIt([&] { original<<<8 * W, 256>>>(In, Out); }, nullptr);
+    float T16 = 0;
+    int *In2, *Out2;
+    CK(cudaMalloc(&In2, size_t(16 * W) * 256 * 4));
+    CK(cudaMalloc(&Out2, size_t(16 * W) * 256 * 4));
+    CK(cudaMemset(In2, 1, size_t(16 * W) * 256 * 4));
+    T16 = timeIt([&] { original<<<16 * W, 256>>>(In2, Out2); }, nullptr);
+    CK(cudaFree(In2));
+    CK(cudaFree(Out2));
+    return (T16 - T8) / 8;
+  };
+  for (double Us : {10.0, 2.0}) {
+    unsigned K = 256;
+    for (int Round = 0; Round < 4; ++Round) {
+      CK(cudaMemcpyToSymbol(Work, &K, sizeof K));
+      K = std::max(1u, unsigned(K * Us / std::max(0.05f, WaveUs())));
+    }
+    CK(cudaMemcpyToSymbol(Work, &K, sizeof K));
+    float T = WaveUs();
+    std::printf("\nblocks of %.1f us (hash of %u steps; %u blocks a wave), 8 waves:\n", T, K,
+                W);
+    table(P, {8 * W});
+  }
+  CK(cudaFree(In));
+  CK(cudaFree(Out));
   return 0;
 }

@@ -297,13 +297,10 @@ struct TimedLaunch {
   Form F;
 };
 
-/// A BE launch being measured for the profile: checked when it is done.
+/// A BE launch being measured for the profile in Guarded mode: the next
+/// BE launch waits for it to end and reads it.
 struct PendingMeasure {
   bool Active = false;
-  /// Not a profile measurement: a launch allowed beside HP (made while HP
-  /// was idle), timed to check that it is still short
-  /// (Policy::besideChecked).
-  bool Check = false;
   ContextState *C = nullptr;
   LaunchShape Shape;
   Choice Pick;
@@ -311,9 +308,14 @@ struct PendingMeasure {
   uint64_t Preemptions = 0; ///< the process's count when it was launched
 };
 
-/// A form measured in Free mode (Runtime::Impl::measureFree): the events
-/// around its launch, read once it has ended.
+/// A form measured in Free mode (Runtime::Impl::measureFree), or a short
+/// launch beside HP timed again (Check; launchBe): the events around its
+/// launch, read once it has ended, never waited for.
 struct FreeMeasurement {
+  /// Not a profile measurement: a launch allowed beside HP (made while HP
+  /// was idle), timed to check that it is still short
+  /// (Policy::besideChecked).
+  bool Check = false;
   ContextState *C = nullptr;
   CUstream S = nullptr;
   const KernelEntry *K = nullptr;
@@ -348,9 +350,11 @@ struct Coordination {
   /// One BE launch decided and issued at a time.
   std::mutex BeMu;
   PendingMeasure Measure;
-  /// Free-mode measurements in flight (BeMu), at most FreeMeasureMax; the
-  /// launch path looks for ended ones at most once per FreeMeasurePollNs
-  /// (FreeMeasureNextNs) while a shape's profile is incomplete.
+  /// Free-mode measurements and checks of short launches in flight (BeMu),
+  /// at most FreeMeasureMax, read by the next BE launches once ended; in
+  /// Free mode the launch path looks for a shape to measure at most once
+  /// per FreeMeasurePollNs (FreeMeasureNextNs) while a shape's profile is
+  /// incomplete.
   static constexpr size_t FreeMeasureMax = 8;
   static constexpr uint64_t FreeMeasurePollNs = 20'000;
   std::vector<FreeMeasurement> FreeMeasures;
@@ -776,8 +780,14 @@ struct Runtime::Impl {
   bool measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
                    CUstream S, Form &F, Timing *T, CUresult &R);
   /// BeMu held: the Free-mode measurements that have ended go to the
-  /// profile (or are discarded when HP came by).
+  /// profile, and the checks of short launches to Policy::besideChecked
+  /// (or either is dropped when HP came by).
   void collectFreeMeasurements();
+  /// Timing events (either may be null) back to \p C's pool.
+  void giveBackTimingEvents(ContextState &C, CUevent Start, CUevent End);
+  /// BeMu held: may a short launch on \p S be timed again now (a free
+  /// place among FreeMeasures, all of them on S)?
+  bool checkSlot(CUstream S) const;
   /// HP: the GPU writes \p Seq into the segment once the work queued on
   /// \p S so far has ended (an event on S, the signal stream waits for it
   /// and writes). False when a driver call failed (nothing written).

@@ -954,20 +954,8 @@ void Runtime::Impl::finishMeasurement() {
   Co.Pol->observe(Now, observeHp(Now));
   if (Co.Pol->arrivals() != M.Arrivals ||
       Co.Preemptions.load(std::memory_order_relaxed) != M.Preemptions) {
-    if (!M.Check)
-      Co.Discarded.fetch_add(1, std::memory_order_relaxed);
+    Co.Discarded.fetch_add(1, std::memory_order_relaxed);
     return; // HP came by: the time says nothing about the form alone
-  }
-  if (M.Check) {
-    // A short launch, timed while HP was idle: still within the target?
-    // (Admitted with a quarter to spare; revoked when it keeps missing.)
-    Co.BesideChecks.fetch_add(1, std::memory_order_relaxed);
-    // What HP would wait for: the whole original (with BlocksFirst one of
-    // its waves), or one slice.
-    double Ns = Co.Pol->waitUs(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6)) * 1e3;
-    if (Co.Pol->besideChecked(M.Shape.Key, static_cast<uint64_t>(Ns)))
-      Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
-    return;
   }
   Co.Pol->measured(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6));
   Co.Measured.fetch_add(1, std::memory_order_relaxed);
@@ -1078,19 +1066,47 @@ void Runtime::Impl::collectFreeMeasurements() {
         Co.Pol->observe(Now, observeHp(Now));
         if (Co.Pol->arrivals() != M.Arrivals ||
             Co.Preemptions.load(std::memory_order_relaxed) != M.Preemptions) {
-          Co.FreeDiscarded.fetch_add(1, std::memory_order_relaxed);
+          // HP came by: the time says nothing about the form alone.
+          if (!M.Check)
+            Co.FreeDiscarded.fetch_add(1, std::memory_order_relaxed);
+        } else if (M.Check) {
+          // A short launch, timed while HP was idle: still within the
+          // target? (Admitted with a quarter to spare; revoked when it
+          // keeps missing.) What HP would wait for: the whole original
+          // (with BlocksFirst one of its waves), or one slice.
+          Co.BesideChecks.fetch_add(1, std::memory_order_relaxed);
+          const uint64_t Ns = static_cast<uint64_t>(
+              Co.Pol->waitUs(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6)) * 1e3);
+          if (Co.Pol->besideChecked(M.Shape.Key, Ns))
+            Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
         } else {
           Co.Pol->measured(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6));
           Co.Measured.fetch_add(1, std::memory_order_relaxed);
           Co.FreeMeasured.fetch_add(1, std::memory_order_relaxed);
         }
       }
-      std::lock_guard<std::mutex> G(M.C->Mu);
-      M.C->FreeTimingEvents.push_back(M.Start); // a recorded event may be recorded again
-      M.C->FreeTimingEvents.push_back(M.End);
+      giveBackTimingEvents(*M.C, M.Start, M.End); // a recorded event may be recorded again
     } // (a dead context took its events with it)
     All.erase(All.begin() + static_cast<std::ptrdiff_t>(I));
   }
+}
+
+void Runtime::Impl::giveBackTimingEvents(ContextState &C, CUevent Start, CUevent End) {
+  std::lock_guard<std::mutex> G(C.Mu);
+  for (CUevent E : {Start, End})
+    if (E)
+      C.FreeTimingEvents.push_back(E);
+}
+
+bool Runtime::Impl::checkSlot(CUstream S) const {
+  // As for Free-mode measurements: all on one stream, whose launches run
+  // one after the other (each thread's per-thread stream has one handle).
+  if (Co.FreeMeasures.size() >= Coordination::FreeMeasureMax || S == CU_STREAM_PER_THREAD)
+    return false;
+  for (const FreeMeasurement &P : Co.FreeMeasures)
+    if (P.S != S)
+      return false;
+  return true;
 }
 
 bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
@@ -1141,12 +1157,7 @@ bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough
   M.Hash = H;
   M.Start = acquireEvent(C, true);
   M.End = acquireEvent(C, true);
-  auto GiveBack = [&] {
-    std::lock_guard<std::mutex> G(C.Mu);
-    for (CUevent E : {M.Start, M.End})
-      if (E)
-        C.FreeTimingEvents.push_back(E);
-  };
+  auto GiveBack = [&] { giveBackTimingEvents(C, M.Start, M.End); };
   if (!M.Start || !M.End || D.cuEventRecord(M.Start, S) != CUDA_SUCCESS) {
     GiveBack();
     return false;
@@ -1276,7 +1287,6 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
       }
       if (Pick.Measuring) {
         Co.Measure.Active = true;
-        Co.Measure.Check = false;
         Co.Measure.C = &C;
         Co.Measure.Shape = Sh;
         Co.Measure.Pick = Pick;
@@ -1333,19 +1343,39 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Pick = Choice{};
     F = Form::Original;
   }
+  FreeMeasurement Check; // a short launch timed again (Check.C: one)
   if (Short && observeBusy(nullptr)) {
     Co.BesideLaunches.fetch_add(1, std::memory_order_relaxed);
     if (Small)
       Co.BesideSmall.fetch_add(1, std::memory_order_relaxed);
-  } else if (Short && !Small && Co.CheckDue && !Co.Measure.Active) {
+  } else if (Short && !Small && Co.CheckDue && !Co.Measure.Active && checkSlot(S)) {
     // Timed with HP idle, as it was measured: beside HP its time includes
     // waiting for room on the SMs, which says nothing about the kernel.
+    // Read by a later launch once it has ended, never waited for: before
+    // 2026-11-28 the next launch waited for it to end, and the GPU ran
+    // dry behind every 16th short launch (be-spin's 10 us blocks chosen
+    // for their waves kept 0.92 of their speed beside HP at a tenth of its
+    // load, against 0.98 with the scheduler off).
     Co.CheckDue = false;
-    Co.Measure.Active = true;
-    Co.Measure.Check = true;
-    Co.Measure.C = &C;
-    Co.Measure.Shape = Sh;
-    Co.Measure.Pick = Pick;
+    Check.Start = acquireEvent(C, true);
+    Check.End = acquireEvent(C, true);
+    if (Check.Start && Check.End && D.cuEventRecord(Check.Start, S) == CUDA_SUCCESS) {
+      Check.Check = true;
+      Check.C = &C;
+      Check.S = S;
+      Check.K = &K;
+      Check.Hash = shapeHash(A);
+      Check.Shape = Sh;
+      Check.Pick = Pick;
+      std::lock_guard<std::mutex> G(Co.PolMu);
+      const uint64_t Now = monotonicNs();
+      Co.Pol->observe(Now, observeHp(Now));
+      Check.Arrivals = Co.Pol->arrivals();
+      Check.Preemptions = Co.Preemptions.load(std::memory_order_relaxed);
+    } else {
+      giveBackTimingEvents(C, Check.Start, Check.End);
+      Check = FreeMeasurement{};
+    }
   }
   if (Co.Measure.Active) {
     // The measurement counts HP arrivals from now, not from the choice.
@@ -1367,6 +1397,13 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   C.BeOverlapCounted = false;
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
+  if (Check.C) {
+    // (A launch that fell back to another form is not this form's time.)
+    if (R == CUDA_SUCCESS && F == Pick.F && D.cuEventRecord(Check.End, S) == CUDA_SUCCESS)
+      Co.FreeMeasures.push_back(std::move(Check));
+    else
+      giveBackTimingEvents(C, Check.Start, Check.End);
+  }
   C.SlicesBeside = false;
   C.LaunchBehind = false;
   if (Provisional && F == Form::Ptb) // (not when it fell back to the original)

@@ -384,9 +384,11 @@ TEST(CtrlSlabs, ClearedOffTheStream) {
   EXPECT_EQ(countPrefix("memset stream=s81"), 0u);
   EXPECT_EQ(fake_stream_wait_events(), Waits);
   EXPECT_GE(slabClears(), 4u);
-  for (const std::string &L : logLines())
-    if (L.rfind("memset ", 0) == 0)
+  for (const std::string &L : logLines()) {
+    if (L.rfind("memset ", 0) == 0) {
       EXPECT_NE(L.find("words=256"), std::string::npos) << L;
+    }
+  }
   EXPECT_EQ(countPrefix("launch slab_cycle__tally_ptb"), 4u * 64u);
 }
 
@@ -1978,6 +1980,42 @@ TEST(ScheduleBe, ABesideCheckWhileHpCameByIsDiscarded) {
   Hp->hpFinished(Seq);
   fake_sync();
   expectEachBlockOnce(Out);
+}
+
+// A short launch timed again is never waited for: with the queue budget
+// (an MPS client of below-normal priority; its ctest entry), later short
+// launches queue behind it while it runs, and its time is read by a launch
+// made once it has ended. Here no event ends until the test lets them:
+// every launch still returns (before 2026-11-28 the launch after a check
+// waited for it to end, and the GPU ran dry behind every 16th short
+// launch). Both checks made meanwhile (short launches 1 and 17, under 10
+// us each) are then read (the entry's pass expression).
+TEST(ScheduleBe, ABesideCheckIsNeverWaitedFor) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module Plain("be_beside_nowait", false, "", /*WithVariants=*/false);
+  measureWhileHpIdle(*Hp, Plain.K); // short; the decision's launch is timed
+  fake_hold_events(1);
+  std::vector<std::vector<int>> Outs(20, std::vector<int>(40));
+  std::atomic<int> Returned{0};
+  std::thread T([&] {
+    for (auto &Out : Outs) {
+      EXPECT_EQ(launchDirect(Plain.K, Out, 40), CUDA_SUCCESS);
+      Returned.fetch_add(1);
+    }
+  });
+  auto T0 = std::chrono::steady_clock::now();
+  while (Returned.load() < int(Outs.size()) &&
+         std::chrono::steady_clock::now() - T0 < std::chrono::seconds(3))
+    beAlive(*Hp, 10);
+  const int InTime = Returned.load();
+  fake_hold_events(0);
+  T.join();
+  EXPECT_EQ(InTime, int(Outs.size())) << "a launch waited for the check of an earlier one";
+  fake_sync();
+  for (auto &Out : Outs)
+    expectEachBlockOnce(Out);
+  launchesOf40(Plain.K, 1); // reads both checks
 }
 
 // An HP process killed in the middle of a request: its slot goes stale and

@@ -291,6 +291,13 @@ set_tests_properties(runtime-schedule-beside-check-discarded PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "0 shapes timed too long too often"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+add_test(NAME runtime-schedule-beside-check-nowait
+  COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideCheckIsNeverWaitedFor)
+set_tests_properties(runtime-schedule-beside-check-nowait PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-nowait;${_beside_env};FAKE_ELAPSED_US=10;CUDA_MPS_CLIENT_PRIORITY=1"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "short; 2 short launches timed again \\(with HP idle\\), 0 of them over the target; 0 shapes"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
 set_tests_properties(runtime-schedule-beside PROPERTIES
   PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): [1-9][0-9]* short launches started while HP was busy \\(0 of them small grids\\); kernels without variants measured at [1-9]")
 
