@@ -1073,12 +1073,16 @@ void Runtime::Impl::collectFreeMeasurements() {
           // A short launch, timed while HP was idle: still within the
           // target? (Admitted with a quarter to spare; revoked when it
           // keeps missing.) What HP would wait for: the whole original
-          // (with BlocksFirst one of its waves), or one slice.
-          Co.BesideChecks.fetch_add(1, std::memory_order_relaxed);
-          const uint64_t Ns = static_cast<uint64_t>(
-              Co.Pol->waitUs(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6)) * 1e3);
-          if (Co.Pol->besideChecked(M.Shape.Key, Ns))
-            Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
+          // (with BlocksFirst one of its waves), or one slice. (Several
+          // checks of a shape may be in flight: those read after one
+          // revoked it are not counted.)
+          if (!Co.Pol->besideRevoked(M.Shape.Key)) {
+            Co.BesideChecks.fetch_add(1, std::memory_order_relaxed);
+            const uint64_t Ns = static_cast<uint64_t>(
+                Co.Pol->waitUs(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6)) * 1e3);
+            if (Co.Pol->besideChecked(M.Shape.Key, Ns))
+              Co.BesideRevoked.fetch_add(1, std::memory_order_relaxed);
+          }
         } else {
           Co.Pol->measured(M.Shape, M.Pick, static_cast<uint64_t>(double(Ms) * 1e6));
           Co.Measured.fetch_add(1, std::memory_order_relaxed);
@@ -1098,13 +1102,17 @@ void Runtime::Impl::giveBackTimingEvents(ContextState &C, CUevent Start, CUevent
       C.FreeTimingEvents.push_back(E);
 }
 
-bool Runtime::Impl::checkSlot(CUstream S) const {
-  // As for Free-mode measurements: all on one stream, whose launches run
-  // one after the other (each thread's per-thread stream has one handle).
-  if (Co.FreeMeasures.size() >= Coordination::FreeMeasureMax || S == CU_STREAM_PER_THREAD)
+bool Runtime::Impl::checkSlot(const ContextState &C, CUstream S) const {
+  // As for Free-mode measurements: all on one stream of one context, whose
+  // launches run one after the other. Each thread's per-thread stream has
+  // one handle: there, only while nothing else is in flight (as every
+  // check was before they were read later).
+  if (S == CU_STREAM_PER_THREAD)
+    return Co.FreeMeasures.empty();
+  if (Co.FreeMeasures.size() >= Coordination::FreeMeasureMax)
     return false;
   for (const FreeMeasurement &P : Co.FreeMeasures)
-    if (P.S != S)
+    if (P.S != S || P.C != &C)
       return false;
   return true;
 }
@@ -1124,7 +1132,7 @@ bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough
   // on one stream run one after the other, so each time is its own
   // (kernels of the program's other streams may still overlap one).
   for (const FreeMeasurement &P : Co.FreeMeasures)
-    if (P.S != S || S == CU_STREAM_PER_THREAD || (P.K == &K && P.Hash == H))
+    if (P.S != S || P.C != &C || S == CU_STREAM_PER_THREAD || (P.K == &K && P.Hash == H))
       return false; // (each thread's per-thread stream has the same handle)
   RelaxedCaptureGuard Relax(D);
   const bool OffMps = Co.HpOffMps.load(std::memory_order_relaxed);
@@ -1348,7 +1356,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Co.BesideLaunches.fetch_add(1, std::memory_order_relaxed);
     if (Small)
       Co.BesideSmall.fetch_add(1, std::memory_order_relaxed);
-  } else if (Short && !Small && Co.CheckDue && !Co.Measure.Active && checkSlot(S)) {
+  } else if (Short && !Small && Co.CheckDue && checkSlot(C, S)) {
     // Timed with HP idle, as it was measured: beside HP its time includes
     // waiting for room on the SMs, which says nothing about the kernel.
     // Read by a later launch once it has ended, never waited for: before
@@ -1357,6 +1365,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     // for their waves kept 0.92 of their speed beside HP at a tenth of its
     // load, against 0.98 with the scheduler off).
     Co.CheckDue = false;
+    RelaxedCaptureGuard Relax(D);
     Check.Start = acquireEvent(C, true);
     Check.End = acquireEvent(C, true);
     if (Check.Start && Check.End && D.cuEventRecord(Check.Start, S) == CUDA_SUCCESS) {

@@ -305,6 +305,8 @@ public:
   /// short kernel long now and then, and a long-lived process would lose
   /// every shape to them. Returns whether this check revoked \p K.
   bool besideChecked(const ProfileKey &K, uint64_t Ns);
+  /// Whether \p K was revoked (besideChecked): its later checks say nothing.
+  bool besideRevoked(const ProfileKey &K) const { return NoBeside.count(K) != 0; }
   /// Of the checks so far, those over the target.
   uint64_t besideChecksOver() const { return ChecksOver; }
   static constexpr unsigned BesideCheckWindow = 8, BesideRevokeOver = 4;

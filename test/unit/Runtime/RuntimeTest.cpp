@@ -1928,8 +1928,8 @@ TEST(ScheduleBe, ShapesBeingMeasuredRunNarrowBesideHp) {
   expectEachBlockOnce(Out2);
   // With HP idle again, two more launches: the first measures the original
   // (its second time: the one before HP came was discarded), the second
-  // reads it. The ctest entry checks "2 measurements kept, 1 discarded": a
-  // provisional launch's time taken for the original's would make it 3.
+  // reads it. The ctest entry checks "2 measurements kept": a provisional
+  // launch's time taken for the original's would make it 3.
   beAlive(*Hp, 300);
   fake_log_clear();
   launchesOf40(M.K, 2);
@@ -2016,6 +2016,26 @@ TEST(ScheduleBe, ABesideCheckIsNeverWaitedFor) {
   for (auto &Out : Outs)
     expectEachBlockOnce(Out);
   launchesOf40(Plain.K, 1); // reads both checks
+}
+
+// The same kernel launched on the per-thread default stream (one handle
+// for every thread: a check there goes only while nothing else is timed)
+// is timed again too: short launches 1 and 17, each read by the next
+// launch (the entry's pass expression: 2 of them).
+CUresult launchPerThread(CUfunction K, std::vector<int> &Out, unsigned Blocks, CUstream) {
+  return launchDirect(K, Out, Blocks, CU_STREAM_PER_THREAD);
+}
+TEST(ScheduleBe, ABesideKernelOnThePerThreadStreamIsCheckedToo) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module Plain("be_beside_ptsz", false, "", /*WithVariants=*/false);
+  measureWhileHpIdle(*Hp, Plain.K, launchPerThread);
+  for (int I = 0; I < 17; ++I) {
+    std::vector<int> Out(40);
+    ASSERT_EQ(launchPerThread(Plain.K, Out, 40, nullptr), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
 }
 
 // An HP process killed in the middle of a request: its slot goes stale and
