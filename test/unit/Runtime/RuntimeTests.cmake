@@ -291,20 +291,20 @@ set_tests_properties(runtime-schedule-beside-check-discarded PROPERTIES
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "0 shapes timed too long too often"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
-add_test(NAME runtime-schedule-beside-check-nowait
-  COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideCheckIsNeverWaitedFor)
-set_tests_properties(runtime-schedule-beside-check-nowait PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-nowait;${_beside_env};FAKE_ELAPSED_US=10;CUDA_MPS_CLIENT_PRIORITY=1"
-  TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "short. 2 short launches timed again \\(with HP idle\\), 0 of them over the target. 0 shapes"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
-add_test(NAME runtime-schedule-beside-check-ptsz
-  COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideKernelOnThePerThreadStreamIsCheckedToo)
-set_tests_properties(runtime-schedule-beside-check-ptsz PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-ptsz;${_beside_env};FAKE_ELAPSED_US=10;CUDA_MPS_CLIENT_PRIORITY=1"
-  TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "short. 2 short launches timed again \\(with HP idle\\), 0 of them over the target. 0 shapes"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+# Checks of short launches read once ended: never waited for (every event
+# held unfinished), and on the per-thread default stream too; two checks
+# read in each.
+foreach(_case "nowait;ABesideCheckIsNeverWaitedFor" "ptsz;ABesideKernelOnThePerThreadStreamIsCheckedToo")
+  list(GET _case 0 _name)
+  list(GET _case 1 _filter)
+  add_test(NAME runtime-schedule-beside-check-${_name}
+    COMMAND RuntimeTests --gtest_filter=ScheduleBe.${_filter})
+  set_tests_properties(runtime-schedule-beside-check-${_name} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-${_name};${_beside_env};FAKE_ELAPSED_US=10;CUDA_MPS_CLIENT_PRIORITY=1"
+    TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "short. 2 short launches timed again \\(with HP idle\\), 0 of them over the target. 0 shapes"
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+endforeach()
 set_tests_properties(runtime-schedule-beside PROPERTIES
   PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): [1-9][0-9]* short launches started while HP was busy \\(0 of them small grids\\). kernels without variants measured at [1-9]")
 
