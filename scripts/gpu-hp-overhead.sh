@@ -9,7 +9,8 @@
 # service is benchmarks/torch/serve.py (eager PyTorch, closed loop, SECONDS
 # per run, default 5; PYTHON picks the interpreter), and a run with every
 # call passed through (TALLY_DISABLE=1: the cost of the preload alone) is
-# added. ROUNDS (default 3) sets the rounds; VARIANTS (names separated by
+# added. KERNELS (default 1) sets hp-serve's kernels per request.
+# ROUNDS (default 3) sets the rounds; VARIANTS (names separated by
 # spaces, default all) picks the runs: plain tally-disabled tally-no-schedule
 # tally tally-side tally-gpu tally-burst tally-burst1ms (bursts of 1 ms,
 # TALLY_HP_BURST_US=1000) tally-none (announced, no completion written: a
@@ -31,7 +32,7 @@ if [[ -n $HP_MODEL ]]; then
   torch_dir "$R" "$PWD" || { echo "gpu-hp-overhead: error: no benchmarks/torch" >&2; exit 1; }
   HP=("$PY" "$TORCH/serve.py" --model "$HP_MODEL" --mode capacity --seconds "${SECONDS_PER_RUN:-5}")
 else
-  HP=("$R/hp-serve" --rate 0 --duration 2 --block-us "${BLOCK_US:-20}")
+  HP=("$R/hp-serve" --rate 0 --duration 2 --block-us "${BLOCK_US:-20}" --kernels "${KERNELS:-1}")
 fi
 run() {
   local name=$1
