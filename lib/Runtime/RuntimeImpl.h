@@ -785,9 +785,10 @@ struct Runtime::Impl {
   void collectFreeMeasurements();
   /// Timing events (either may be null) back to \p C's pool.
   void giveBackTimingEvents(ContextState &C, CUevent Start, CUevent End);
-  /// BeMu held: may a short launch on \p S of \p C be timed again now (a
-  /// free place among FreeMeasures, all of them on S of C)?
-  bool checkSlot(const ContextState &C, CUstream S) const;
+  /// BeMu held: may a launch on \p S of \p C be timed now, a Free-mode
+  /// measurement or a check (a free place among FreeMeasures, all of them
+  /// on S of C)?
+  bool timingSlot(const ContextState &C, CUstream S) const;
   /// HP: the GPU writes \p Seq into the segment once the work queued on
   /// \p S so far has ended (an event on S, the signal stream waits for it
   /// and writes). False when a driver call failed (nothing written).

@@ -1102,11 +1102,11 @@ void Runtime::Impl::giveBackTimingEvents(ContextState &C, CUevent Start, CUevent
       C.FreeTimingEvents.push_back(E);
 }
 
-bool Runtime::Impl::checkSlot(const ContextState &C, CUstream S) const {
-  // As for Free-mode measurements: all on one stream of one context, whose
-  // launches run one after the other. Each thread's per-thread stream has
-  // one handle: there, only while nothing else is in flight (as every
-  // check was before they were read later).
+bool Runtime::Impl::timingSlot(const ContextState &C, CUstream S) const {
+  // All on one stream of one context, whose launches run one after the
+  // other, so each time is its own (kernels of the program's other streams
+  // may still overlap one). Each thread's per-thread stream has one handle:
+  // there, only while nothing else is in flight.
   if (S == CU_STREAM_PER_THREAD)
     return Co.FreeMeasures.empty();
   if (Co.FreeMeasures.size() >= Coordination::FreeMeasureMax)
@@ -1128,12 +1128,13 @@ bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough
   const uint64_t H = shapeHash(A);
   if (freeKnown(K, H))
     return false;
-  // One measurement in flight per shape, and all on one stream: launches
-  // on one stream run one after the other, so each time is its own
-  // (kernels of the program's other streams may still overlap one).
+  // One measurement in flight per shape, all on one stream (timingSlot),
+  // never the per-thread one.
+  if (S == CU_STREAM_PER_THREAD || !timingSlot(C, S))
+    return false;
   for (const FreeMeasurement &P : Co.FreeMeasures)
-    if (P.S != S || P.C != &C || S == CU_STREAM_PER_THREAD || (P.K == &K && P.Hash == H))
-      return false; // (each thread's per-thread stream has the same handle)
+    if (P.K == &K && P.Hash == H)
+      return false;
   RelaxedCaptureGuard Relax(D);
   const bool OffMps = Co.HpOffMps.load(std::memory_order_relaxed);
   const bool Beside = Co.Mps && Cfg.Beside && !OffMps;
@@ -1356,7 +1357,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     Co.BesideLaunches.fetch_add(1, std::memory_order_relaxed);
     if (Small)
       Co.BesideSmall.fetch_add(1, std::memory_order_relaxed);
-  } else if (Short && !Small && Co.CheckDue && checkSlot(C, S)) {
+  } else if (Short && !Small && Co.CheckDue && timingSlot(C, S)) {
     // Timed with HP idle, as it was measured: beside HP its time includes
     // waiting for room on the SMs, which says nothing about the kernel.
     // Read by a later launch once it has ended, never waited for: before
