@@ -12,6 +12,10 @@ config.test_exec_root = os.path.join(config.tally_obj_root, "test", "lit")
 config.environment["PATH"] = os.pathsep.join(
     [config.tally_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%python", config.python))
+# The repository's scripts and its committed GPU results (real runs, the
+# inputs of the scripts' tests).
+config.substitutions.append(("%scripts", os.path.join(config.tally_src_root, "scripts")))
+config.substitutions.append(("%results", os.path.join(config.tally_src_root, "docs", "results")))
 config.substitutions.append(("%corpus", os.path.join(
     os.path.dirname(config.tally_src_root), "shared", "corpus", "ptx")))
 
