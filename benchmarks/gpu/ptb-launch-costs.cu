@@ -67,7 +67,7 @@ int main(int Argc, char **Argv) {
     if (parseBatchOption(R, O))
       continue;
     if (R.flag("--help") || R.flag("-h")) {
-      std::printf("usage: ptb-launch-costs [--block-us U] [--launches N] [--batches B]\n"
+      std::printf("usage: ptb-launch-costs [--block-us U | --work W] [--launches N] [--batches B]\n"
                   "  GPU time per launch of 8 waves of ~U us hashing blocks (default 10)\n"
                   "  with the stream operations of a PTB launch around each, against\n"
                   "  the kernel alone; N launches per batch (200), median of B (7)\n");
@@ -75,7 +75,6 @@ int main(int Argc, char **Argv) {
     } else
       die("unknown option %s (--help)", R.name().c_str());
   }
-  const double BlockUs = O.BlockUs;
   const int Launches = O.Launches, Batches = O.Batches;
   DeviceInfo Dev = deviceInfo();
   CK(cudaFree(nullptr));
@@ -90,7 +89,7 @@ int main(int Argc, char **Argv) {
   cudaStream_t S = WS.S;
   CUstream CS = reinterpret_cast<CUstream>(S);
 
-  // Calibrate the work for ~BlockUs per block (a kernel is 8 waves).
+  // The work for blocks of --block-us (a kernel is 8 waves), unless --work.
   auto PerBlockUs = [&](unsigned W) {
     return medianOfFiveUs(S, [&] {
              workBlocksDone<<<Blocks, Threads, 0, S>>>(In, Out, W, Counters, Counters + 1,
@@ -98,7 +97,7 @@ int main(int Argc, char **Argv) {
            }) /
            8;
   };
-  unsigned Work = calibrateWork(BlockUs, PerBlockUs);
+  unsigned Work = batchWork(O, PerBlockUs);
   std::printf("device %s, %d SMs, %d blocks of %d threads (%d per SM), block %.1f us, "
               "%d launches per batch, median of %d batches\n",
               Dev.Name.c_str(), Dev.SMs, Blocks, Threads, PerSM, PerBlockUs(Work), Launches,

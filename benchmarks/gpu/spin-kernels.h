@@ -881,10 +881,14 @@ template <class F>
 }
 
 /// The launch-cost benchmarks' options (ptb-launch-costs.cu,
-/// workblocks-forms.cu): block length, launches per batch, batches.
+/// workblocks-forms.cu): block length, launches per batch, batches, and
+/// the work itself (0: calibrated to the block length; given, it is used
+/// as it is, e.g. under a profiler, whose slowed launches would make the
+/// calibration pick a work of 1).
 struct BatchOptions {
   double BlockUs = 10;
   int Launches, Batches;
+  unsigned Work = 0;
 };
 /// Parses the option at R into O; false if the name is not one.
 [[maybe_unused]] static bool parseBatchOption(ArgReader &R, BatchOptions &O) {
@@ -894,9 +898,17 @@ struct BatchOptions {
     O.Launches = (int)R.integer(1, 100000);
   else if (R.is("--batches"))
     O.Batches = (int)R.integer(1, 1000);
+  else if (R.is("--work"))
+    O.Work = (unsigned)R.integer(1, UINT32_MAX);
   else
     return false;
   return true;
+}
+/// The work of a batch benchmark's blocks: --work, or calibrated to
+/// --block-us through \p PerBlockUs(Work).
+template <class F>
+[[maybe_unused]] static unsigned batchWork(const BatchOptions &O, F PerBlockUs) {
+  return O.Work ? O.Work : calibrateWork(O.BlockUs, PerBlockUs);
 }
 
 /// What the launch-cost benchmarks give workBlocks (ptb-launch-costs.cu,

@@ -8,7 +8,7 @@
 // original linked into this program is a row too. PTB launches take their
 // control blocks from a pool cleared before the batch (no clear per
 // launch: ptb-launch-costs measures those).
-// Usage: workblocks-forms CUBIN [--block-us U] [--launches N] [--batches B]
+// Usage: workblocks-forms CUBIN [--block-us U | --work W] [--launches N] [--batches B]
 // Built by scripts/prepare-device.sh (with the cubin), run by
 // scripts/debug/ptb-costs.sh.
 #include "spin-kernels.h"
@@ -22,8 +22,11 @@ int main(int Argc, char **Argv) {
     if (parseBatchOption(R, O))
       continue;
     if (R.flag("--help") || R.flag("-h")) {
-      std::printf("usage: workblocks-forms CUBIN [--block-us U] [--launches N] [--batches B]\n"
-                  "  CUBIN: be-spin's kernels after tally-opt, compiled by ptxas\n");
+      std::printf("usage: workblocks-forms CUBIN [--block-us U | --work W] [--launches N] [--batches B]\n"
+                  "  CUBIN: be-spin's kernels after tally-opt, compiled by ptxas\n"
+                  "  --work W: hashing rounds per thread as given (be-spin --calibrate\n"
+                  "            prints them), not calibrated to --block-us (default 10):\n"
+                  "            for runs under a profiler\n");
       return 0;
     } else if (R.name().rfind("--", 0) == 0)
       die("unknown option %s (--help)", R.name().c_str());
@@ -32,7 +35,6 @@ int main(int Argc, char **Argv) {
   }
   if (Cubin.empty())
     die("no cubin given (--help)");
-  const double BlockUs = O.BlockUs;
   const int Launches = O.Launches, Batches = O.Batches;
   DeviceInfo Dev = deviceInfo();
   CK(cudaFree(nullptr));
@@ -58,10 +60,12 @@ int main(int Argc, char **Argv) {
   CUstream CS = reinterpret_cast<CUstream>(S);
 
   // One kernel is 8 waves of blocks.
+  int Timed = 0; // calls of timeWork (5 launches each), for the block count
   auto PerBlockUs = [&](unsigned W) {
+    ++Timed;
     return timeWork(In, Out, W, Counters, Counters + 1, Blocks, Threads, S) / 8;
   };
-  unsigned Work = calibrateWork(BlockUs, PerBlockUs);
+  unsigned Work = batchWork(O, PerBlockUs);
 
   struct Row {
     const char *Name;
@@ -118,7 +122,7 @@ int main(int Argc, char **Argv) {
   unsigned long long Done = 0;
   CK(cudaMemcpy(&Done, Cnt, sizeof Done, cudaMemcpyDeviceToHost));
   unsigned long long Want = (unsigned long long)Blocks * Launches * (unsigned long long)(Count * (Batches + 1)) +
-                            (unsigned long long)Blocks * 5 * 5; // the calibration's
+                            (unsigned long long)Blocks * 5 * (unsigned long long)Timed;
   std::printf("blocks run %llu, expected %llu: %s\n", Done, Want, Done == Want ? "ok" : "MISMATCH");
   printAgainstFirst("form", Med, [&](size_t I) { return Rows[I].Name; });
   return Done == Want ? 0 : 3;
