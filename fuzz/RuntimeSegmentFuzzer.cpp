@@ -4,8 +4,9 @@
 // any bytes. Each input is read twice: as a whole image (from a buffer of
 // exactly its size, so ASan sees any over-read, and from a misaligned copy),
 // and as the slots of an image behind a valid version 1 header (so short
-// inputs reach the slot checks too). validateSegmentImage and hpViewOfImage
-// are compared with a plain model of Segment.h's rules, written here with
+// inputs reach the slot checks too). validateSegmentImage, hpViewOfImage and
+// slotsOfImage (`tally status`'s reader) are compared with a plain model of
+// Segment.h's rules, written here with
 // memcpy reads, and their promises are checked (at most 64 processes, no
 // activity without an HP process, a wait share within 0-1000 and 0 when not
 // known, a valid image has the expected header). A
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 using namespace tally::rt;
 
@@ -108,6 +110,35 @@ bool same(const HpView &A, const HpView &B) {
          A.WaitShareKnown == B.WaitShareKnown && A.WaitPermille == B.WaitPermille;
 }
 
+/// slotsOfImage's promise: with a ready version 1 header, every whole slot
+/// within Size whose state is claiming or live, in order, with its raw
+/// fields; without one, false and nothing.
+bool sameSlots(const uint8_t *B, size_t Size, bool Ok, const std::vector<SlotInfo> &Got) {
+  if (Ok != modelHeaderOk(B, Size))
+    return false;
+  if (!Ok)
+    return Got.empty();
+  size_t K = 0;
+  for (unsigned I = 0; I < seg::SlotCount && slotAt(I + 1) <= Size; ++I) {
+    size_t S = slotAt(I);
+    uint32_t State = readAt<uint32_t>(B, S);
+    if (State != 1 && State != 2)
+      continue;
+    if (K >= Got.size())
+      return false;
+    const SlotInfo &G = Got[K++];
+    if (G.Index != I || G.State != State ||
+        uint32_t(G.Prio) != readAt<uint32_t>(B, S + 4) || G.Pid != readAt<uint32_t>(B, S + 8) ||
+        G.Flags != readAt<uint32_t>(B, S + 12) || G.StartTime != readAt<uint64_t>(B, S + 16) ||
+        G.HeartbeatNs != readAt<uint64_t>(B, S + 32) || G.Started != readAt<uint64_t>(B, S + 40) ||
+        G.Finished != readAt<uint64_t>(B, S + 48) ||
+        G.LastLaunchNs != readAt<uint64_t>(B, S + 56) ||
+        G.Preemptions != readAt<uint64_t>(B, S + 64) || G.WaitShare != readAt<uint32_t>(B, S + 72))
+      return false;
+  }
+  return K == Got.size();
+}
+
 /// A clock near the first live-looking heartbeat, so that some slots are
 /// fresh and some stale or in the future.
 uint64_t pickNow(const uint8_t *B, size_t Size) {
@@ -150,6 +181,14 @@ void checkImage(const uint8_t *Data, size_t Size) {
   check(V.HpProcesses || (!V.Active && V.Arrivals == 0 && V.LastLaunchNs == 0));
   check(same(V, modelView(Buf.get(), Size, Now)));
   check(same(V, hpViewOfImage(Odd.get() + 1, Size, Now, StaleNs)));
+
+  std::vector<SlotInfo> Slots, OddSlots;
+  std::string SlotsWhy, OddSlotsWhy;
+  bool SlotsOk = slotsOfImage(Buf.get(), Size, Slots, SlotsWhy);
+  check(SlotsOk == SlotsWhy.empty() && Slots.size() <= seg::SlotCount);
+  check(sameSlots(Buf.get(), Size, SlotsOk, Slots));
+  check(slotsOfImage(Odd.get() + 1, Size, OddSlots, OddSlotsWhy) == SlotsOk &&
+        OddSlotsWhy == SlotsWhy && OddSlots.size() == Slots.size());
 }
 
 } // namespace

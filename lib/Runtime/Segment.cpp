@@ -238,6 +238,38 @@ HpView viewOf(const unsigned char *Base, size_t Size, uint64_t NowNs,
   return V;
 }
 
+/// The one reader of whole slots for Segment::slots and slotsOfImage: the
+/// slots that are not free, those with an invalid state skipped. \p Base is
+/// 8-byte aligned and its header was checked; only whole slots within
+/// \p Size are read.
+std::vector<SlotInfo> slotsOf(const unsigned char *Base, size_t Size) {
+  std::vector<SlotInfo> Out;
+  if (Size < HeaderBytes)
+    return Out;
+  size_t N = std::min<size_t>(SlotCount, (Size - HeaderBytes) / SlotBytes);
+  for (unsigned I = 0; I < N; ++I) {
+    const RawSlot &S = slotOf(Base, I);
+    uint32_t St = S.State.load(std::memory_order_acquire);
+    if (St == StateFree || St > StateLive)
+      continue;
+    SlotInfo Info;
+    Info.Index = I;
+    Info.State = St;
+    Info.Prio = SegPriority(S.Priority.load(std::memory_order_relaxed));
+    Info.Pid = S.Pid.load(std::memory_order_relaxed);
+    Info.HeartbeatNs = S.HeartbeatNs.load(std::memory_order_relaxed);
+    Info.Started = S.Started.load(std::memory_order_acquire);
+    Info.Finished = S.Finished.load(std::memory_order_acquire);
+    Info.LastLaunchNs = S.LastLaunchNs.load(std::memory_order_relaxed);
+    Info.Preemptions = S.Preemptions.load(std::memory_order_relaxed);
+    Info.Flags = S.Flags.load(std::memory_order_relaxed);
+    Info.StartTime = S.StartTime.load(std::memory_order_relaxed);
+    Info.WaitShare = S.WaitShare.load(std::memory_order_relaxed);
+    Out.push_back(Info);
+  }
+  return Out;
+}
+
 /// Raw bytes as an 8-byte aligned image: the bytes themselves when aligned,
 /// else a copy of the first TotalBytes of them (nothing past those is read).
 class AlignedImage {
@@ -326,10 +358,11 @@ uint64_t randomToken() {
   return T ? T : 1;
 }
 
-/// Field 22 of /proc/self/stat (the start time in clock ticks since boot):
-/// with the pid it names a process even after the pid is reused.
-uint64_t processStartTime() {
-  int Fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+/// Field 22 of \p StatPath, a /proc/<pid>/stat (the start time in clock
+/// ticks since boot): with the pid it names a process even after the pid is
+/// reused. 0 when unreadable.
+uint64_t startTimeFromStat(const char *StatPath) {
+  int Fd = ::open(StatPath, O_RDONLY | O_CLOEXEC);
   if (Fd < 0)
     return 0;
   char Buf[1024];
@@ -371,6 +404,8 @@ uint64_t processStartTime() {
   }
   return 0;
 }
+
+uint64_t processStartTime() { return startTimeFromStat("/proc/self/stat"); }
 
 std::string sanitizeKey(const std::string &Key) {
   std::string Out;
@@ -465,6 +500,28 @@ bool validateSegmentImage(const void *Bytes, size_t Size, std::string &Why) {
       return false;
   Why.clear();
   return true;
+}
+
+bool slotsOfImage(const void *Bytes, size_t Size, std::vector<SlotInfo> &Out,
+                  std::string &Why) {
+  Out.clear();
+  if (!Bytes || Size < HeaderBytes) {
+    Why = "too short for a header (" + std::to_string(Bytes ? Size : 0) + " bytes)";
+    return false;
+  }
+  AlignedImage Img(Bytes, Size);
+  if (!headerOk(headerOf(Img.data()), &Why))
+    return false;
+  Why.clear();
+  Out = slotsOf(Img.data(), Img.size());
+  return true;
+}
+
+uint64_t processStartTimeOf(uint32_t Pid) {
+  if (Pid == 0)
+    return 0;
+  std::string Path = "/proc/" + std::to_string(Pid) + "/stat";
+  return startTimeFromStat(Path.c_str());
 }
 
 HpView hpViewOfImage(const void *Bytes, size_t Size, uint64_t NowNs,
@@ -852,26 +909,6 @@ HpView Segment::hpView(uint64_t NowNs) const {
   return viewOf(Base, Bytes, NowNs, StaleNs);
 }
 
-std::vector<SlotInfo> Segment::slots() const {
-  std::vector<SlotInfo> Out;
-  for (unsigned I = 0; I < SlotCount; ++I) {
-    const RawSlot &S = slotOf(Base, I);
-    uint32_t St = S.State.load(std::memory_order_acquire);
-    if (St == StateFree)
-      continue;
-    SlotInfo Info;
-    Info.Index = I;
-    Info.State = St;
-    Info.Prio = SegPriority(S.Priority.load(std::memory_order_relaxed));
-    Info.Pid = S.Pid.load(std::memory_order_relaxed);
-    Info.HeartbeatNs = S.HeartbeatNs.load(std::memory_order_relaxed);
-    Info.Started = S.Started.load(std::memory_order_relaxed);
-    Info.Finished = S.Finished.load(std::memory_order_relaxed);
-    Info.LastLaunchNs = S.LastLaunchNs.load(std::memory_order_relaxed);
-    Info.Preemptions = S.Preemptions.load(std::memory_order_relaxed);
-    Out.push_back(Info);
-  }
-  return Out;
-}
+std::vector<SlotInfo> Segment::slots() const { return slotsOf(Base, Bytes); }
 
 } // namespace tally::rt

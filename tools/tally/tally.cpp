@@ -3,6 +3,7 @@
 //   tally run [options] -- CMD ARGS...
 //   tally mps start|stop|status
 //   tally profile show|clear [--gpu UUID]
+//   tally status [--dir DIR] [--gpu UUID] [--json]
 //
 // `run` sets LD_PRELOAD to libtally.so (found beside this executable, in
 // ../lib/, or given with --lib) and the TALLY_* variables the options
@@ -14,6 +15,8 @@
 #include "tally/Runtime/Config.h"
 #include "tally/Runtime/ProfileCache.h"
 #include "tally/Runtime/PtxLoader.h"
+#include "tally/Runtime/Segment.h"
+#include "tally/Runtime/SegmentStatus.h"
 
 #include <CLI/CLI.hpp>
 
@@ -292,6 +295,30 @@ int runProfile(const std::string &Action, const std::string &Gpu) {
   return Status;
 }
 
+/// `tally status`: the processes sharing each GPU under Tally, read from
+/// the segments (docs/runtime.md, "Scheduling across processes"). Exit
+/// status 1 when a segment file or the folder cannot be read.
+int runStatus(const std::string &Dir, const std::string &Gpu, bool Json) {
+  tally::rt::StatusOptions O;
+  if (!Dir.empty())
+    O.Dir = Dir;
+  else if (const char *E = std::getenv("TALLY_SHM_DIR"); E && *E)
+    O.Dir = E;
+  O.Uid = uint32_t(geteuid());
+  O.NowNs = tally::rt::monotonicNs();
+  O.Gpu = Gpu;
+  O.Json = Json;
+  tally::rt::StatusReport R = tally::rt::segmentStatus(O);
+  std::fputs(R.Out.c_str(), stdout);
+  std::fflush(stdout);
+  if (!R.Errors.empty()) {
+    std::istringstream Lines(R.Errors);
+    for (std::string L; std::getline(Lines, L);)
+      std::fprintf(stderr, "tally: error: %s\n", L.c_str());
+  }
+  return R.Problems ? 1 : 0;
+}
+
 /// `tally ptx-cache show|clear`: the run-time PTX cache (docs/ptx-cache.md).
 int runPtxCache(const std::string &Action) {
   std::string Dir = tally::rt::ProfileCache::defaultDir(
@@ -550,6 +577,19 @@ int main(int Argc, char **Argv) {
       ->required()
       ->check(CLI::IsMember({"show", "clear"}));
   Prof->add_option("--gpu", ProfGpu, "only the cache of the GPU whose UUID contains this");
+  CLI::App *Status = App.add_subcommand(
+      "status", "which processes share each GPU under Tally now: priority, liveness, an HP "
+                "process's launches in flight, a BE process's preemptions (read from the "
+                "shared segments; no GPU needed; exit 1 if one cannot be read)");
+  std::string StatusDir, StatusGpu;
+  bool StatusJson = false;
+  Status->add_option("--dir", StatusDir,
+                     "the segments' folder (default: TALLY_SHM_DIR, else /dev/shm)");
+  Status->add_option("--gpu", StatusGpu, "only the GPUs whose UUID contains this");
+  Status->add_flag("--json", StatusJson, "JSON instead of text (fields in docs/runtime.md)");
+  Status->footer("Text: a line per GPU, then one per process (slot); a heartbeat older than "
+                 "50 ms is stale (the process exited or stalled; the runtime no longer counts "
+                 "it).");
   CLI::App *PtxC = App.add_subcommand(
       "ptx-cache", "show or clear the cache of run-time PTX given variants (--runtime-ptx; "
                    "docs/ptx-cache.md)");
@@ -584,6 +624,8 @@ int main(int Argc, char **Argv) {
     return runProfile(ProfAction, ProfGpu);
   if (*PtxC)
     return runPtxCache(PtxAction);
+  if (*Status)
+    return runStatus(StatusDir, StatusGpu, StatusJson);
   if (!Turnaround.empty()) {
     char *End = nullptr;
     double T = std::strtod(Turnaround.c_str(), &End);

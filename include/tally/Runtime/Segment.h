@@ -115,14 +115,20 @@ struct HpView {
   uint32_t WaitPermille = 0;
 };
 
-/// One slot as read (for `tally status`-like listings and tests). The fields
-/// are the raw values; HeartbeatNs tells whether the slot is still live.
+/// One slot as read (`tally status`, tests). The fields are the raw values,
+/// unchecked beyond the slot's state: HeartbeatNs tells whether the slot is
+/// still live, Prio may be out of range in a claiming slot, WaitShare is
+/// permille plus one (0 unknown) and means something only with
+/// seg::FlagWaitShare in Flags.
 struct SlotInfo {
   unsigned Index;
   uint32_t State;
   SegPriority Prio;
   uint32_t Pid;
   uint64_t HeartbeatNs, Started, Finished, LastLaunchNs, Preemptions;
+  uint32_t Flags = 0;
+  uint64_t StartTime = 0;
+  uint32_t WaitShare = 0;
 };
 
 /// Layout constants of version 1 (see the file comment).
@@ -258,6 +264,19 @@ private:
 /// the first problem in \p Why ("bad magic", "slot 3: state 7"). Used by
 /// open() and the fuzzer. Any alignment and size are accepted.
 bool validateSegmentImage(const void *Bytes, size_t Size, std::string &Why);
+
+/// Reads the slots that are not free out of a raw image (a copy of the
+/// file's bytes), through the same code as Segment::slots: false with \p Why
+/// ("bad magic", "not ready (0)") when the header is not a ready version 1
+/// header. Never crashes on any bytes; slots past \p Size are not read, and
+/// a slot whose state is invalid is skipped.
+bool slotsOfImage(const void *Bytes, size_t Size, std::vector<SlotInfo> &Out,
+                  std::string &Why);
+
+/// Field 22 of /proc/<Pid>/stat, the process's start time in clock ticks
+/// since boot (what a slot's StartTime holds): 0 when there is no such
+/// process or it cannot be read.
+uint64_t processStartTimeOf(uint32_t Pid);
 
 /// Reads an HP view out of a raw image, through the same bounds-checked code
 /// as Segment::hpView. Never crashes on any bytes: an image whose header is
