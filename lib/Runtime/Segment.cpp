@@ -239,9 +239,9 @@ HpView viewOf(const unsigned char *Base, size_t Size, uint64_t NowNs,
 }
 
 /// The one reader of whole slots for Segment::slots and slotsOfImage: the
-/// slots that are not free, those with an invalid state skipped. \p Base is
-/// 8-byte aligned and its header was checked; only whole slots within
-/// \p Size are read.
+/// slots that are claiming or live (an invalid state is skipped). \p Base
+/// is 8-byte aligned (slotsOfImage checks the header first; a Segment reads
+/// its own mapping as it is); only whole slots within \p Size are read.
 std::vector<SlotInfo> slotsOf(const unsigned char *Base, size_t Size) {
   std::vector<SlotInfo> Out;
   if (Size < HeaderBytes)

@@ -36,17 +36,47 @@ std::string fmt(const char *F, ...) {
   return Buf;
 }
 
+/// The length of the valid UTF-8 sequence at \p S[I] (0: not one).
+size_t utf8Length(const std::string &S, size_t I) {
+  const unsigned char C = S[I];
+  size_t N = C >= 0xf0 && C <= 0xf4 ? 4 : C >= 0xe0 ? 3 : C >= 0xc2 && C <= 0xdf ? 2 : 0;
+  if (N == 0 || I + N > S.size())
+    return 0;
+  for (size_t K = 1; K < N; ++K)
+    if ((static_cast<unsigned char>(S[I + K]) & 0xc0) != 0x80)
+      return 0;
+  return N; // (overlong three- and four-byte forms pass; harmless here)
+}
+
+/// A JSON string: quotes, backslashes and control characters escaped,
+/// valid UTF-8 kept, any other byte '?'.
 std::string jsonString(const std::string &S) {
   std::string Out = "\"";
-  for (unsigned char C : S) {
-    if (C == '"' || C == '\\')
+  for (size_t I = 0; I < S.size(); ++I) {
+    const unsigned char C = S[I];
+    if (C == '"' || C == '\\') {
       Out += {'\\', char(C)};
-    else if (C < 0x20 || C >= 0x7f)
+    } else if (C < 0x20 || C == 0x7f) {
       Out += fmt("\\u%04x", C);
-    else
+    } else if (C < 0x80) {
       Out += char(C);
+    } else if (size_t N = utf8Length(S, I)) {
+      Out.append(S, I, N);
+      I += N - 1;
+    } else {
+      Out += '?';
+    }
   }
   return Out + "\"";
+}
+
+/// A file name as printed: printable ASCII kept, anything else '?' (any
+/// user may create a file of that name in a shared folder).
+std::string printable(const std::string &S) {
+  std::string Out;
+  for (char C : S)
+    Out += C >= 0x20 && C < 0x7f ? C : '?';
+  return Out;
 }
 
 /// /proc/<pid>/comm without its newline; "" when unreadable. Only printable
@@ -70,9 +100,21 @@ std::string commandOf(uint32_t Pid) {
   return Out;
 }
 
-/// Milliseconds from \p Then to \p Now; negative when \p Then is later.
+/// Milliseconds from \p Then to \p Now; negative when \p Then is later by
+/// more than a millisecond (less is a write made while the file was read:
+/// 0).
 double agoMs(uint64_t Then, uint64_t Now) {
-  return Then <= Now ? double(Now - Then) / 1e6 : -double(Then - Now) / 1e6;
+  if (Then <= Now)
+    return double(Now - Then) / 1e6;
+  return Then - Now <= 1'000'000 ? 0.0 : -double(Then - Now) / 1e6;
+}
+
+/// Whether the runtime counts a live slot: a valid priority and a heartbeat
+/// neither older than the limit nor too far in the future.
+bool counted(const SlotInfo &S, uint64_t Now, uint64_t StaleNs) {
+  const double Age = agoMs(S.HeartbeatNs, Now);
+  return S.Prio <= SegPriority::BestEffort && Age * 1e6 <= double(StaleNs) &&
+         Age >= -double(seg::FutureSlackNs) / 1e6;
 }
 
 std::string agoText(double Ms) {
@@ -98,6 +140,8 @@ const char *processState(const SlotInfo &S) {
 struct FileResult {
   std::string Path, Gpu, Error;
   std::vector<SlotInfo> Slots;
+  /// CLOCK_MONOTONIC right after the file was read.
+  uint64_t ReadNs = 0;
 };
 
 /// Reads one segment file without following links or blocking; Error set
@@ -132,6 +176,7 @@ FileResult readSegment(const std::string &Path, uint32_t Uid) {
         break;
       Len += size_t(N);
     }
+    R.ReadNs = monotonicNs();
     std::string Why;
     if (R.Error.empty() && !slotsOfImage(Buf.data(), Len, R.Slots, Why))
       R.Error = "not a Tally segment of version " + std::to_string(seg::Version) + ": " + Why;
@@ -140,67 +185,80 @@ FileResult readSegment(const std::string &Path, uint32_t Uid) {
   return R;
 }
 
-std::string slotText(const SlotInfo &S, const StatusOptions &O) {
+/// One slot, read once from /proc and the clock, for both forms.
+struct SlotView {
+  const SlotInfo &S;
+  uint64_t Now;
+  double Age;             ///< heartbeat age, ms
+  bool Counted;           ///< what the runtime counts (counted())
+  std::string Cmd;        ///< /proc/<pid>/comm, "" if unknown
+  const char *Proc;       ///< processState
+  uint64_t Unreported;    ///< an HP slot's launches not yet reported finished
+  bool WaitKnown;
+  SlotView(const SlotInfo &S, uint64_t Now, uint64_t StaleNs)
+      : S(S), Now(Now), Age(agoMs(S.HeartbeatNs, Now)), Counted(counted(S, Now, StaleNs)),
+        Cmd(commandOf(S.Pid)), Proc(processState(S)),
+        Unreported(S.Started > S.Finished ? S.Started - S.Finished : 0),
+        WaitKnown((S.Flags & seg::FlagWaitShare) && S.WaitShare >= 1 && S.WaitShare <= 1001) {}
+  bool hp() const { return S.Prio == SegPriority::High; }
+  bool be() const { return S.Prio == SegPriority::BestEffort; }
+};
+
+std::string slotText(const SlotView &V, uint64_t StaleNs) {
+  const SlotInfo &S = V.S;
   if (S.State != seg::StateLive)
     return fmt("  slot %u: being claimed or freed (pid %u)\n", S.Index, unsigned(S.Pid));
-  std::string Cmd = commandOf(S.Pid);
-  const bool Hp = S.Prio == SegPriority::High;
-  const bool Be = S.Prio == SegPriority::BestEffort;
   std::string L = fmt("  slot %u: pid %u", S.Index, unsigned(S.Pid));
-  if (!Cmd.empty())
-    L += " (" + Cmd + ")";
-  L += Hp ? ", high priority" : Be ? ", best effort" : fmt(", priority %u (invalid)", unsigned(S.Prio));
-  const double Age = agoMs(S.HeartbeatNs, O.NowNs);
-  L += ", heartbeat " + agoText(Age);
-  const char *Proc = processState(S);
-  if (Age < -double(seg::FutureSlackNs) / 1e6)
-    L += " (invalid: ignored by the runtime)";
-  else if (Age * 1e6 > double(O.StaleNs))
-    L += fmt(": stale, not counted by the runtime (process %s; the slot is freed at the next "
-             "heartbeat of any process)",
-             Proc);
-  else if (std::strcmp(Proc, "running") != 0)
-    L += fmt(" (process %s: in another pid namespace?)", Proc);
-  if (Hp) {
-    uint64_t InFlight = S.Started > S.Finished ? S.Started - S.Finished : 0;
-    L += fmt("; %" PRIu64 " launches, %" PRIu64 " in flight", S.Started, InFlight);
+  if (!V.Cmd.empty())
+    L += " (" + V.Cmd + ")";
+  if (!V.hp() && !V.be())
+    return L + fmt(", priority %u: invalid, not counted by the runtime (the next heartbeat of any "
+                   "process frees the slot)\n",
+                   unsigned(S.Prio));
+  L += V.hp() ? ", high priority" : ", best effort";
+  L += ", heartbeat " + agoText(V.Age);
+  if (V.Age < -double(seg::FutureSlackNs) / 1e6)
+    L += ": invalid, not counted by the runtime";
+  else if (V.Age * 1e6 > double(StaleNs))
+    L += std::string(": stale, not counted by the runtime (process ") + V.Proc +
+         "; the slot is freed at the next heartbeat of any process)";
+  else if (std::strcmp(V.Proc, "running") != 0)
+    L += std::string(" (process ") + V.Proc + ": in another pid namespace?)";
+  if (V.hp()) {
+    // Started is the last launch's number (it jumps after a re-join), and
+    // Finished the highest one reported finished (bursts report late).
+    L += fmt("; launch number %" PRIu64 ", %" PRIu64 " not yet reported finished", S.Started,
+             V.Unreported);
     if (S.LastLaunchNs)
-      L += ", the last " + agoText(agoMs(S.LastLaunchNs, O.NowNs));
-    if ((S.Flags & seg::FlagWaitShare) && S.WaitShare >= 1 && S.WaitShare <= 1001)
+      L += ", the last " + agoText(agoMs(S.LastLaunchNs, V.Now));
+    if (V.WaitKnown)
       L += fmt("; waits for the GPU %.1f %% of its requests' time", (S.WaitShare - 1) / 10.0);
     if (S.Flags & seg::FlagNoMps)
       L += "; not an MPS client (BE's MPS rules are off while it is here)";
-  } else if (Be) {
+  } else {
     L += fmt("; %" PRIu64 " preemption%s", S.Preemptions, S.Preemptions == 1 ? "" : "s");
   }
   return L + "\n";
 }
 
-std::string slotJson(const SlotInfo &S, const StatusOptions &O) {
+std::string slotJson(const SlotView &V) {
+  const SlotInfo &S = V.S;
   std::string J = fmt("{\"slot\": %u, \"state\": \"%s\", \"pid\": %u", S.Index,
                       S.State == seg::StateLive ? "live" : "claiming", unsigned(S.Pid));
   if (S.State != seg::StateLive)
     return J + "}";
-  const bool Hp = S.Prio == SegPriority::High;
-  const bool Be = S.Prio == SegPriority::BestEffort;
-  const double Age = agoMs(S.HeartbeatNs, O.NowNs);
-  J += ", \"command\": " + jsonString(commandOf(S.Pid));
-  J += fmt(", \"priority\": \"%s\"", Hp ? "high" : Be ? "best-effort" : "invalid");
-  J += fmt(", \"heartbeat_age_ms\": %.3f, \"stale\": %s, \"process\": \"%s\"", Age,
-           Age * 1e6 > double(O.StaleNs) || Age < -double(seg::FutureSlackNs) / 1e6 ? "true"
-                                                                                    : "false",
-           processState(S));
-  if (Hp) {
-    uint64_t InFlight = S.Started > S.Finished ? S.Started - S.Finished : 0;
-    J += fmt(", \"launches\": %" PRIu64 ", \"in_flight\": %" PRIu64, S.Started, InFlight);
-    J += S.LastLaunchNs ? fmt(", \"last_launch_age_ms\": %.3f", agoMs(S.LastLaunchNs, O.NowNs))
+  J += ", \"command\": " + jsonString(V.Cmd);
+  J += fmt(", \"priority\": \"%s\"", V.hp() ? "high" : V.be() ? "best-effort" : "invalid");
+  J += fmt(", \"heartbeat_age_ms\": %.3f, \"stale\": %s, \"process\": \"%s\"", V.Age,
+           V.Counted ? "false" : "true", V.Proc);
+  if (V.hp()) {
+    J += fmt(", \"launch_number\": %" PRIu64 ", \"unreported\": %" PRIu64, S.Started, V.Unreported);
+    J += S.LastLaunchNs ? fmt(", \"last_launch_age_ms\": %.3f", agoMs(S.LastLaunchNs, V.Now))
                         : std::string(", \"last_launch_age_ms\": null");
-    if ((S.Flags & seg::FlagWaitShare) && S.WaitShare >= 1 && S.WaitShare <= 1001)
-      J += fmt(", \"wait_share_percent\": %.1f", (S.WaitShare - 1) / 10.0);
-    else
-      J += ", \"wait_share_percent\": null";
+    J += V.WaitKnown ? fmt(", \"wait_share_percent\": %.1f", (S.WaitShare - 1) / 10.0)
+                     : std::string(", \"wait_share_percent\": null");
     J += fmt(", \"mps_client\": %s", S.Flags & seg::FlagNoMps ? "false" : "true");
-  } else if (Be) {
+  } else if (V.be()) {
     J += fmt(", \"preemptions\": %" PRIu64, S.Preemptions);
   }
   return J + "}";
@@ -211,14 +269,15 @@ std::string slotJson(const SlotInfo &S, const StatusOptions &O) {
 StatusReport segmentStatus(const StatusOptions &O) {
   StatusReport R;
   const std::string Prefix = "tally-" + std::to_string(O.Uid) + "-";
+  const std::string Uid = std::to_string(O.Uid);
   std::vector<std::string> Names;
   DIR *D = opendir(O.Dir.c_str());
   if (!D) {
     const std::string Why = std::string("cannot read the folder: ") + std::strerror(errno);
     R.Problems = 1;
-    R.Errors = O.Dir + ": " + Why + "\n";
+    R.Errors = printable(O.Dir) + ": " + Why + "\n";
     if (O.Json)
-      R.Out = "{\"dir\": " + jsonString(O.Dir) + fmt(", \"uid\": %u", unsigned(O.Uid)) +
+      R.Out = "{\"dir\": " + jsonString(O.Dir) + ", \"uid\": " + Uid +
               ", \"segments\": [], \"errors\": [{\"file\": " + jsonString(O.Dir) +
               ", \"error\": " + jsonString(Why) + "}]}\n";
     return R;
@@ -231,72 +290,70 @@ StatusReport segmentStatus(const StatusOptions &O) {
   }
   closedir(D);
   std::sort(Names.begin(), Names.end());
-  std::vector<FileResult> Files;
-  for (const std::string &N : Names) {
-    Files.push_back(readSegment(O.Dir + "/" + N, O.Uid));
-    Files.back().Gpu = N.substr(Prefix.size());
-  }
-  std::string Text, Json = "{\"dir\": " + jsonString(O.Dir) + fmt(", \"uid\": %u", unsigned(O.Uid)) +
-                           ", \"segments\": [";
+  std::string Text, Json = "{\"dir\": " + jsonString(O.Dir) + ", \"uid\": " + Uid + ", \"segments\": [";
   std::string JsonErrors;
-  for (const FileResult &F : Files) {
+  for (const std::string &N : Names) {
+    FileResult F = readSegment(O.Dir + "/" + N, O.Uid);
+    F.Gpu = N.substr(Prefix.size());
     if (!F.Error.empty()) {
       ++R.Problems;
-      R.Errors += F.Path + ": " + F.Error + "\n";
+      R.Errors += printable(F.Path) + ": " + F.Error + "\n";
       JsonErrors += std::string(JsonErrors.empty() ? "" : ", ") + "{\"file\": " + jsonString(F.Path) +
                     ", \"error\": " + jsonString(F.Error) + "}";
       continue;
     }
-    unsigned Live = 0, Hp = 0, Be = 0, Stale = 0;
+    // Aged against the clock right after this file's read (or the given
+    // one): a heartbeat written meanwhile is not "in the future".
+    const uint64_t Now = O.NowNs ? O.NowNs : F.ReadNs;
+    std::vector<SlotView> Views;
+    for (const SlotInfo &S : F.Slots)
+      Views.emplace_back(S, Now, O.StaleNs);
+    unsigned Live = 0, Hp = 0, Be = 0, NotCounted = 0;
     bool Active = false;
     uint64_t LastLaunch = 0;
-    for (const SlotInfo &S : F.Slots) {
-      if (S.State != seg::StateLive)
+    for (const SlotView &V : Views) {
+      if (V.S.State != seg::StateLive)
         continue;
-      double Age = agoMs(S.HeartbeatNs, O.NowNs);
-      if (Age * 1e6 > double(O.StaleNs) || Age < -double(seg::FutureSlackNs) / 1e6) {
-        ++Stale;
+      if (!V.Counted) {
+        ++NotCounted;
         continue;
       }
       ++Live;
-      if (S.Prio == SegPriority::High) {
+      if (V.hp()) {
         ++Hp;
-        Active |= S.Started > S.Finished;
-        LastLaunch = std::max(LastLaunch, S.LastLaunchNs);
-      } else if (S.Prio == SegPriority::BestEffort) {
+        Active |= V.Unreported > 0;
+        LastLaunch = std::max(LastLaunch, V.S.LastLaunchNs);
+      } else {
         ++Be;
       }
     }
-    std::string Head = "GPU " + F.Gpu + " (" + F.Path + "): " +
-                       fmt("%u process%s", Live, Live == 1 ? "" : "es");
+    std::string Head = "GPU " + printable(F.Gpu) + " (" + printable(F.Path) + "): " +
+                       std::to_string(Live) + (Live == 1 ? " process" : " processes");
     if (Live)
       Head += fmt(" (%u high priority, %u best effort)", Hp, Be);
-    if (Stale)
-      Head += fmt(", %u stale slot%s", Stale, Stale == 1 ? "" : "s");
+    if (NotCounted)
+      Head += fmt(", %u stale or invalid slot%s", NotCounted, NotCounted == 1 ? "" : "s");
     if (Hp)
-      Head += Active ? "; HP active now (launches in flight)"
-                     : (LastLaunch ? "; HP idle, its last launch " + agoText(agoMs(LastLaunch, O.NowNs))
+      Head += Active ? "; HP active now (launches not yet reported finished)"
+                     : (LastLaunch ? "; HP idle, its last launch " + agoText(agoMs(LastLaunch, Now))
                                    : std::string("; HP idle, no launch yet"));
     Text += Head + "\n";
     Json += std::string(R.Segments ? ", " : "") + "{\"gpu\": " + jsonString(F.Gpu) +
             ", \"file\": " + jsonString(F.Path) +
-            fmt(", \"processes\": %u, \"high_priority\": %u, \"best_effort\": %u, \"stale\": %u, "
-                "\"hp_active\": %s, \"slots\": [",
-                Live, Hp, Be, Stale, Active ? "true" : "false");
-    bool First = true;
-    for (const SlotInfo &S : F.Slots) {
-      Text += slotText(S, O);
-      Json += std::string(First ? "" : ", ") + slotJson(S, O);
-      First = false;
+            fmt(", \"processes\": %u, \"high_priority\": %u, \"best_effort\": %u, "
+                "\"not_counted\": %u, \"hp_active\": %s, \"slots\": [",
+                Live, Hp, Be, NotCounted, Active ? "true" : "false");
+    for (size_t I = 0; I < Views.size(); ++I) {
+      Text += slotText(Views[I], O.StaleNs);
+      Json += std::string(I ? ", " : "") + slotJson(Views[I]);
     }
     Json += "]}";
     ++R.Segments;
   }
   Json += "], \"errors\": [" + JsonErrors + "]}\n";
   if (!R.Segments && !R.Problems)
-    Text = fmt("no Tally segment for uid %u in %s (no process has run under `tally run` there "
-               "since it was last cleared)\n",
-               unsigned(O.Uid), O.Dir.c_str());
+    Text = "no Tally segment for uid " + Uid + " in " + printable(O.Dir) +
+           " (no process has run under `tally run` there since it was last cleared)\n";
   R.Out = O.Json ? Json : Text;
   return R;
 }

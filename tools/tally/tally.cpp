@@ -15,7 +15,6 @@
 #include "tally/Runtime/Config.h"
 #include "tally/Runtime/ProfileCache.h"
 #include "tally/Runtime/PtxLoader.h"
-#include "tally/Runtime/Segment.h"
 #include "tally/Runtime/SegmentStatus.h"
 
 #include <CLI/CLI.hpp>
@@ -305,7 +304,6 @@ int runStatus(const std::string &Dir, const std::string &Gpu, bool Json) {
   else if (const char *E = std::getenv("TALLY_SHM_DIR"); E && *E)
     O.Dir = E;
   O.Uid = uint32_t(geteuid());
-  O.NowNs = tally::rt::monotonicNs();
   O.Gpu = Gpu;
   O.Json = Json;
   tally::rt::StatusReport R = tally::rt::segmentStatus(O);
@@ -579,8 +577,8 @@ int main(int Argc, char **Argv) {
   Prof->add_option("--gpu", ProfGpu, "only the cache of the GPU whose UUID contains this");
   CLI::App *Status = App.add_subcommand(
       "status", "which processes share each GPU under Tally now: priority, liveness, an HP "
-                "process's launches in flight, a BE process's preemptions (read from the "
-                "shared segments; no GPU needed; exit 1 if one cannot be read)");
+                "process's launches not yet reported finished, a BE process's preemptions (read "
+                "from the shared segments; no GPU needed; exit 1 if one cannot be read)");
   std::string StatusDir, StatusGpu;
   bool StatusJson = false;
   Status->add_option("--dir", StatusDir,

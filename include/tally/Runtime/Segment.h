@@ -218,7 +218,8 @@ public:
   /// The live HP and BE processes at \p NowNs. Empty when the header is not
   /// (or no longer) a version 1 header.
   HpView hpView(uint64_t NowNs) const;
-  /// Every slot that is not free, as read.
+  /// Every slot that is claiming or live, as read (slots with an invalid
+  /// state are left out: the next heartbeat frees them).
   std::vector<SlotInfo> slots() const;
   /// The segment file.
   const std::string &path() const;

@@ -3,7 +3,8 @@
 // Reads the cross-process segments of one user (Segment.h) without joining
 // or changing them, and says which processes share each GPU under Tally:
 // their priority, whether they are alive (heartbeat, pid and start time),
-// an HP process's launches and those in flight, a BE process's
+// an HP process's launch number and launches not yet reported finished, a
+// BE process's
 // preemptions. What an operator asks when a best-effort job is slow or a
 // service's latency moved. Reads files only: no GPU, no driver.
 //
@@ -21,8 +22,9 @@ struct StatusOptions {
   std::string Dir = "/dev/shm";
   /// Whose segments: files tally-<Uid>-<GPU UUID>.
   uint32_t Uid = 0;
-  /// CLOCK_MONOTONIC now (monotonicNs()), against which heartbeats and
-  /// launches are aged.
+  /// The CLOCK_MONOTONIC time against which heartbeats and launches are
+  /// aged; 0 (what `tally status` gives): the clock read right after each
+  /// file is read.
   uint64_t NowNs = 0;
   /// A heartbeat older than this is stale (the runtime's limit).
   uint64_t StaleNs = 50'000'000;

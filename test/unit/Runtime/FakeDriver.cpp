@@ -154,6 +154,13 @@ struct State {
   std::set<uintptr_t> Created, Dead;
   int NextStream = 1, NextEvent = 1;
   bool FailVariantLaunch = false;
+  /// The next this many memsets of a whole slab (256 words) fail
+  /// (fake_fail_slab_memsets).
+  int FailSlabMemsets = 0;
+  /// The latest memset on each stream since the last launch there: when
+  /// the launch it was queued for fails, the runtime must never use that
+  /// memory again (the memset may land late); it is poisoned.
+  std::map<CUstream, std::pair<uintptr_t, uintptr_t>> ClearBeforeLaunch;
 };
 
 State &S() {
@@ -386,8 +393,15 @@ CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsig
   FKernel *K = asKernel(F);
   if (!K)
     return CUDA_ERROR_INVALID_HANDLE;
-  if (K->K != Kind::Original && S().FailVariantLaunch)
+  if (K->K != Kind::Original && S().FailVariantLaunch) {
+    auto Clear = S().ClearBeforeLaunch.find(St);
+    if (Clear != S().ClearBeforeLaunch.end()) {
+      S().Poisoned.push_back(Clear->second);
+      S().ClearBeforeLaunch.erase(Clear);
+    }
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+  }
+  S().ClearBeforeLaunch.erase(St);
   std::vector<unsigned char> B = packParams(K, Params, Extra);
   checkLive(St, "stream in launch");
   log(std::string(Entry) + " " + K->Name + " grid=" + std::to_string(Gx) + "x" +
@@ -412,7 +426,8 @@ CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsig
     uintptr_t Ctrl = rd64(B, K->CtrlAt);
     for (auto [Lo, Hi] : S().Poisoned)
       if (Ctrl >= Lo && Ctrl < Hi)
-        log("POISONED control block: a memset whose event record failed may land on it");
+        log("POISONED control block: a memset that cannot be ordered before this launch may "
+            "land on it");
     S().Pending.push_back({K, B, Gx, St, true});
     break;
   }
@@ -908,11 +923,23 @@ FAKE CUresult cuMemHostAlloc(void **P, size_t Bytes, unsigned) {
         {reinterpret_cast<uintptr_t>(*P), reinterpret_cast<uintptr_t>(*P) + Bytes});
   return *P ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
+/// The next \p N clears of a whole slab of control blocks (memsets of 256
+/// words) fail, queuing nothing, as a driver call may.
+FAKE void fake_fail_slab_memsets(int N) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  S().FailSlabMemsets = N;
+}
 FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St) {
   std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  if (N == 256 && S().FailSlabMemsets > 0) {
+    --S().FailSlabMemsets;
+    log("memset FAILED stream=" + streamName(St));
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   S().Memsets.push_back({S().MemsetSeq++, St, reinterpret_cast<uint32_t *>(P), V, N});
   S().LastMemset[St] = {uintptr_t(P), uintptr_t(P) + 4 * N};
+  S().ClearBeforeLaunch[St] = {uintptr_t(P), uintptr_t(P) + 4 * N};
   log("memset stream=" + streamName(St) + " words=" + std::to_string(N));
   return CUDA_SUCCESS;
 }

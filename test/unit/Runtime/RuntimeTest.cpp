@@ -62,6 +62,7 @@ unsigned fake_stream_wait_events();
 void fake_hold_released(int On);
 void fake_fail_flag_writes(int N);
 void fake_fail_record_after_memset();
+void fake_fail_slab_memsets(int N);
 size_t fake_blocked_streams();
 void fake_release_destroys();
 void fake_destroy_context();
@@ -421,6 +422,48 @@ TEST(CtrlSlabsBroken, ASlabWhoseClearCannotBeTrackedIsNeverUsed) {
   EXPECT_EQ(countPrefix("record FAILED"), 1u);
   EXPECT_EQ(countPrefix("POISONED"), 0u);
   EXPECT_EQ(countPrefix("memset stream=s83 words=4"), 2u * 64u);
+}
+
+// A slab's clear that cannot even be queued (the memset fails; its own
+// ctest entry: clears are off for the rest of the process): nothing may
+// land later, so the slab is used, each launch clearing its own block on
+// its stream first.
+TEST(CtrlSlabsMemsetFails, EachLaunchClearsItsOwnBlock) {
+  Module M("slab_nomemset");
+  CUstream St = reinterpret_cast<CUstream>(0x54);
+  fake_fail_slab_memsets(1);
+  fake_log_clear();
+  launchesEachRunToTheEnd(M, St, 2 * 64);
+  EXPECT_EQ(countPrefix("memset FAILED"), 1u);
+  EXPECT_EQ(slabClears(), 0u); // none tried again
+  EXPECT_EQ(countPrefix("memset stream=s84 words=4"), 2u * 64u);
+  EXPECT_EQ(countPrefix("launch slab_nomemset__tally_ptb"), 2u * 64u);
+  EXPECT_EQ(countPrefix("POISONED"), 0u);
+}
+
+// A launch whose own clear was queued on its stream and whose variant then
+// failed to launch (its ctest entry: clears off, as above): the original
+// runs instead, and that control block is never used again (the clear may
+// land whenever its stream gets to it; the fake poisons it). Another
+// kernel's launches on another stream go on through two slabs' worth of
+// blocks, none of them that one.
+TEST(CtrlSlabsLaunchFails, AFailedLaunchsClearedBlockIsNeverReused) {
+  Module A("slab_fails"), B("slab_after");
+  CUstream SA = reinterpret_cast<CUstream>(0x55), SB = reinterpret_cast<CUstream>(0x56);
+  fake_fail_slab_memsets(1);
+  launchesEachRunToTheEnd(A, SA, 3); // blocks 0-2, each cleared on SA
+  fake_log_clear();
+  fake_fail_variant_launches(1);
+  std::vector<int> Out(50);
+  ASSERT_EQ(launchDirect(A.K, Out, 50, SA), CUDA_SUCCESS);
+  fake_fail_variant_launches(0);
+  expectEachBlockOnce(Out);
+  EXPECT_EQ(countPrefix("memset stream=s85 words=4"), 1u); // its clear, queued
+  EXPECT_EQ(countPrefix("launch slab_fails grid=50x1x1"), 1u); // the original instead
+  fake_log_clear();
+  launchesEachRunToTheEnd(B, SB, 2 * 64);
+  EXPECT_EQ(countPrefix("launch slab_after__tally_ptb"), 2u * 64u);
+  EXPECT_EQ(countPrefix("POISONED"), 0u);
 }
 
 // Sampled timing (its ctest entry: TALLY_FORCE=ptb, TALLY_STATS_TIMING=4,
