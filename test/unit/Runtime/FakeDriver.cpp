@@ -713,8 +713,24 @@ FAKE CUresult cuCtxGetStreamPriorityRange(int *Least, int *Greatest) {
   *Greatest = -5;
   return CUDA_SUCCESS;
 }
+static std::atomic<int> FailStreamCreates{0}, SkipStreamCreates{0}, FailEventCreates{0};
+/// After \p Skip more stream creations, the next \p N fail, as a driver
+/// call may.
+FAKE void fake_fail_stream_creates(int N, int Skip) {
+  SkipStreamCreates = Skip;
+  FailStreamCreates = N;
+}
+/// The next \p N event creations fail.
+FAKE void fake_fail_event_creates(int N) { FailEventCreates = N; }
 FAKE CUresult cuStreamCreateWithPriority(CUstream *St, unsigned Flags, int Prio) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  if (FailStreamCreates.load() > 0 && SkipStreamCreates.load() > 0) {
+    --SkipStreamCreates;
+  } else if (FailStreamCreates.load() > 0) {
+    --FailStreamCreates;
+    log("streamcreate FAILED priority=" + std::to_string(Prio));
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   *St = reinterpret_cast<CUstream>(static_cast<uintptr_t>(100 + S().NextStream++));
   S().Created.insert(reinterpret_cast<uintptr_t>(*St));
   log("streamcreate " + streamName(*St) + " flags=" + std::to_string(Flags) +
@@ -820,6 +836,11 @@ FAKE CUresult cuStreamWriteValue32_v2(CUstream St, CUdeviceptr Addr, cuuint32_t 
 static int slowEvents();
 FAKE CUresult cuEventCreate(CUevent *E, unsigned Flags) {
   std::lock_guard<std::recursive_mutex> G(S().Mu);
+  if (FailEventCreates.load() > 0) {
+    --FailEventCreates;
+    log("eventcreate FAILED");
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   *E = reinterpret_cast<CUevent>(static_cast<uintptr_t>(0x10000 + S().NextEvent++));
   S().Created.insert(reinterpret_cast<uintptr_t>(*E));
   if (Flags & CU_EVENT_DISABLE_TIMING)

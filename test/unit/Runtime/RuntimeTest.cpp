@@ -63,6 +63,8 @@ void fake_hold_released(int On);
 void fake_fail_flag_writes(int N);
 void fake_fail_record_after_memset();
 void fake_fail_slab_memsets(int N);
+void fake_fail_stream_creates(int N, int Skip);
+void fake_fail_event_creates(int N);
 size_t fake_blocked_streams();
 void fake_release_destroys();
 void fake_destroy_context();
@@ -439,6 +441,50 @@ TEST(CtrlSlabsMemsetFails, EachLaunchClearsItsOwnBlock) {
   EXPECT_EQ(countPrefix("memset stream=s84 words=4"), 2u * 64u);
   EXPECT_EQ(countPrefix("launch slab_nomemset__tally_ptb"), 2u * 64u);
   EXPECT_EQ(countPrefix("POISONED"), 0u);
+}
+
+// The clears' own stream, or a slab's event, cannot be made (each its own
+// ctest entry: clears are off for the rest of the process): nothing was
+// queued, so the slab is used, each launch clearing its own block.
+void eachLaunchClearsItsOwnAfter(const char *Failed, const char *Name, uintptr_t Stream,
+                                 const char *StreamName) {
+  Module M(Name);
+  CUstream St = reinterpret_cast<CUstream>(Stream);
+  fake_log_clear();
+  launchesEachRunToTheEnd(M, St, 2 * 64);
+  EXPECT_EQ(countPrefix(Failed), 1u);
+  EXPECT_EQ(slabClears(), 0u);
+  EXPECT_EQ(countPrefix(std::string("memset stream=") + StreamName + " words=4"), 2u * 64u);
+  EXPECT_EQ(countPrefix(std::string("launch ") + Name + "__tally_ptb"), 2u * 64u);
+  EXPECT_EQ(countPrefix("POISONED"), 0u);
+}
+TEST(CtrlSlabsStreamFails, EachLaunchClearsItsOwnBlock) {
+  // The context's three internal streams first, then the clears' (made at
+  // the first slab's clear).
+  fake_fail_stream_creates(1, 3);
+  eachLaunchClearsItsOwnAfter("streamcreate FAILED", "slab_nostream", 0x57, "s87");
+  EXPECT_EQ(countPrefix("streamcreate s"), 3u); // the context's; the clears' not tried again
+}
+
+// A context whose internal streams cannot all be made (its own ctest
+// entry): its kernels run as they are, every block once.
+TEST(ContextStreamFails, KernelsRunAsTheyAre) {
+  Module M("ctx_nostream");
+  fake_fail_stream_creates(1, 1); // the second of the three
+  fake_log_clear();
+  for (int I = 0; I < 5; ++I) {
+    std::vector<int> Out(50);
+    ASSERT_EQ(launchDirect(M.K, Out, 50), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+  EXPECT_EQ(countPrefix("streamcreate FAILED"), 1u);
+  EXPECT_EQ(countPrefix("launch ctx_nostream grid=50x1x1"), 5u);
+  EXPECT_FALSE(hasLine("__tally"));
+}
+TEST(CtrlSlabsEventFails, EachLaunchClearsItsOwnBlock) {
+  fake_fail_event_creates(1); // the first made is the slab's (the launch's come after)
+  eachLaunchClearsItsOwnAfter("eventcreate FAILED", "slab_noevent", 0x58, "s88");
 }
 
 // A launch whose own clear was queued on its stream and whose variant then

@@ -70,13 +70,19 @@ set_tests_properties(runtime-ctrl-slabs PROPERTIES ENVIRONMENT
 add_test(NAME runtime-ctrl-slabs-broken COMMAND RuntimeTests --gtest_filter=CtrlSlabsBroken.*)
 set_tests_properties(runtime-ctrl-slabs-broken PROPERTIES ENVIRONMENT
   "${_rt_env};TALLY_FORCE=ptb;TALLY_SCHEDULE=0")
-# A slab's clear that fails to queue; a launch that fails after its own clear.
-foreach(_case MemsetFails LaunchFails)
+# A slab's clear that fails to queue; a launch that fails after its own
+# clear; the clears' stream or a slab's event that cannot be made.
+foreach(_case MemsetFails LaunchFails StreamFails EventFails)
   string(TOLOWER ${_case} _lc)
   add_test(NAME runtime-ctrl-slabs-${_lc} COMMAND RuntimeTests --gtest_filter=CtrlSlabs${_case}.*)
   set_tests_properties(runtime-ctrl-slabs-${_lc} PROPERTIES ENVIRONMENT
     "${_rt_env};TALLY_FORCE=ptb;TALLY_SCHEDULE=0")
 endforeach()
+# A context whose internal streams cannot be made: kernels run as they are.
+add_test(NAME runtime-context-stream-fails COMMAND RuntimeTests
+         --gtest_filter=ContextStreamFails.*)
+set_tests_properties(runtime-context-stream-fails PROPERTIES ENVIRONMENT
+  "${_rt_env};TALLY_FORCE=ptb;TALLY_SCHEDULE=0")
 # Sampled timing: one launch in four timed, the rest estimated.
 tally_stats_test(runtime-stats-sampled "StatsTiming.*"
   "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS_TIMING=4;FAKE_ELAPSED_US=10" check-stats-sampled.py)
