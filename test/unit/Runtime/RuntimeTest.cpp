@@ -728,6 +728,41 @@ TEST(ForcePtb, KernelsWithoutMetadataOrWithBadMetadataRunAsTheyAre) {
   }
 }
 
+// Control-block slabs going round while launches are preempted and
+// resumed (a block stays out until its launch's last resumption ends):
+// every launch's blocks run once, and the slabs are cleared again as their
+// blocks come back. (Clears are seen done at once here: check-stats.py
+// checks that no launch waited for one.)
+TEST(ForcePtb, SlabsGoRoundUnderPreemption) {
+  Module M("ptb_slabs");
+  CUstream St = reinterpret_cast<CUstream>(0x59);
+  fake_set_blocks_before_flag(2);
+  fake_log_clear();
+  size_t Resumed = 0;
+  for (int I = 0; I < 2 * 64 + 4; ++I) {
+    std::vector<int> Out(40);
+    const size_t Before = countPrefix("launch ptb_slabs__tally_ptb");
+    ASSERT_EQ(launchDirect(M.K, Out, 40, St), CUDA_SUCCESS);
+    // The preemptor stops and resumes it (six times under random:6) until
+    // it has run out; then what is left runs, as a synchronization would.
+    for (int T = 0; T < 2000; ++T) {
+      if (countPrefix("launch ptb_slabs__tally_ptb") >= Before + 7 ||
+          (!fake_open_ptb_launches() && T > 20))
+        break;
+      usleep(500);
+    }
+    settlePtb();
+    Resumed += countPrefix("launch ptb_slabs__tally_ptb") - Before - 1;
+    for (size_t B = 0; B < Out.size(); ++B)
+      ASSERT_EQ(Out[B], 1) << "launch " << I << ", logical block " << B;
+  }
+  // Two slabs' worth of blocks came back and were cleared again (the first
+  // slab's first clear came with an earlier test's launch).
+  EXPECT_GE(slabClears(), 2u);
+  EXPECT_GT(Resumed, size_t(64)); // (six each when the preemptor keeps up)
+  EXPECT_EQ(countPrefix("POISONED"), 0u);
+}
+
 TEST(ForcePtb, AVariantThatFailsToLaunchFallsBackOnce) {
   Module M("ptb_fail");
   fake_fail_variant_launches(1);
