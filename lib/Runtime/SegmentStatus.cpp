@@ -162,7 +162,7 @@ FileResult readSegment(const std::string &Path, uint32_t Uid) {
   } else if (St.st_uid != Uid) {
     R.Error = fmt("owned by uid %u, not %u", unsigned(St.st_uid), unsigned(Uid));
   } else {
-    std::vector<unsigned char> Buf(size_t(seg::TotalBytes));
+    std::vector<unsigned char> Buf(static_cast<size_t>(seg::TotalBytes));
     size_t Len = 0;
     while (Len < Buf.size()) {
       ssize_t N = ::read(Fd, Buf.data() + Len, Buf.size() - Len);
