@@ -135,11 +135,6 @@ std::string errnoText(int E) {
   return strerror_r(E, Buf, sizeof(Buf));
 }
 
-bool fresh(uint64_t HeartbeatNs, uint64_t NowNs, uint64_t StaleNs) {
-  if (HeartbeatNs <= NowNs)
-    return NowNs - HeartbeatNs <= StaleNs;
-  return HeartbeatNs - NowNs <= FutureSlackNs;
-}
 
 bool headerOk(const RawHeader &H, std::string *Why) {
   auto Fail = [&](std::string W) {
@@ -204,7 +199,7 @@ HpView viewOf(const unsigned char *Base, size_t Size, uint64_t NowNs,
       continue;
     uint32_t P = S.Priority.load(std::memory_order_relaxed);
     if (P > uint32_t(SegPriority::BestEffort) ||
-        !fresh(S.HeartbeatNs.load(std::memory_order_relaxed), NowNs, StaleNs))
+        !heartbeatFresh(S.HeartbeatNs.load(std::memory_order_relaxed), NowNs, StaleNs))
       continue;
     if (P == uint32_t(SegPriority::BestEffort)) {
       ++V.BeProcesses;
@@ -517,6 +512,12 @@ bool slotsOfImage(const void *Bytes, size_t Size, std::vector<SlotInfo> &Out,
   return true;
 }
 
+bool heartbeatFresh(uint64_t HeartbeatNs, uint64_t NowNs, uint64_t StaleNs) {
+  if (HeartbeatNs <= NowNs)
+    return NowNs - HeartbeatNs <= StaleNs;
+  return HeartbeatNs - NowNs <= FutureSlackNs;
+}
+
 uint64_t processStartTimeOf(uint32_t Pid) {
   if (Pid == 0)
     return 0;
@@ -721,7 +722,7 @@ void Segment::reclaim(uint64_t NowNs) {
     if (St == StateLive) {
       uint32_t P = S.Priority.load(std::memory_order_relaxed);
       if (P <= uint32_t(SegPriority::BestEffort) &&
-          fresh(S.HeartbeatNs.load(std::memory_order_relaxed), NowNs, StaleNs))
+          heartbeatFresh(S.HeartbeatNs.load(std::memory_order_relaxed), NowNs, StaleNs))
         continue;
       freeSlot(S, StateLive, NowNs);
       continue;

@@ -8,6 +8,7 @@
 
 #include "tally/Runtime/SegmentStatus.h"
 
+#include "tally/Runtime/Json.h"
 #include "tally/Runtime/Segment.h"
 
 #include <algorithm>
@@ -34,40 +35,6 @@ std::string fmt(const char *F, ...) {
   vsnprintf(Buf, sizeof Buf, F, A);
   va_end(A);
   return Buf;
-}
-
-/// The length of the valid UTF-8 sequence at \p S[I] (0: not one).
-size_t utf8Length(const std::string &S, size_t I) {
-  const unsigned char C = S[I];
-  size_t N = C >= 0xf0 && C <= 0xf4 ? 4 : C >= 0xe0 ? 3 : C >= 0xc2 && C <= 0xdf ? 2 : 0;
-  if (N == 0 || I + N > S.size())
-    return 0;
-  for (size_t K = 1; K < N; ++K)
-    if ((static_cast<unsigned char>(S[I + K]) & 0xc0) != 0x80)
-      return 0;
-  return N; // (overlong three- and four-byte forms pass; harmless here)
-}
-
-/// A JSON string: quotes, backslashes and control characters escaped,
-/// valid UTF-8 kept, any other byte '?'.
-std::string jsonString(const std::string &S) {
-  std::string Out = "\"";
-  for (size_t I = 0; I < S.size(); ++I) {
-    const unsigned char C = S[I];
-    if (C == '"' || C == '\\') {
-      Out += {'\\', char(C)};
-    } else if (C < 0x20 || C == 0x7f) {
-      Out += fmt("\\u%04x", C);
-    } else if (C < 0x80) {
-      Out += char(C);
-    } else if (size_t N = utf8Length(S, I)) {
-      Out.append(S, I, N);
-      I += N - 1;
-    } else {
-      Out += '?';
-    }
-  }
-  return Out + "\"";
 }
 
 /// A file name as printed: printable ASCII kept, anything else '?' (any
@@ -109,13 +76,6 @@ double agoMs(uint64_t Then, uint64_t Now) {
   return Then - Now <= 1'000'000 ? 0.0 : -double(Then - Now) / 1e6;
 }
 
-/// Whether the runtime counts a live slot: a valid priority and a heartbeat
-/// neither older than the limit nor too far in the future.
-bool counted(const SlotInfo &S, uint64_t Now, uint64_t StaleNs) {
-  const double Age = agoMs(S.HeartbeatNs, Now);
-  return S.Prio <= SegPriority::BestEffort && Age * 1e6 <= double(StaleNs) &&
-         Age >= -double(seg::FutureSlackNs) / 1e6;
-}
 
 std::string agoText(double Ms) {
   if (Ms < 0)
@@ -190,13 +150,14 @@ struct SlotView {
   const SlotInfo &S;
   uint64_t Now;
   double Age;             ///< heartbeat age, ms
-  bool Counted;           ///< what the runtime counts (counted())
+  bool Counted;           ///< what the runtime counts: a valid priority, a fresh heartbeat
   std::string Cmd;        ///< /proc/<pid>/comm, "" if unknown
   const char *Proc;       ///< processState
   uint64_t Unreported;    ///< an HP slot's launches not yet reported finished
   bool WaitKnown;
   SlotView(const SlotInfo &S, uint64_t Now, uint64_t StaleNs)
-      : S(S), Now(Now), Age(agoMs(S.HeartbeatNs, Now)), Counted(counted(S, Now, StaleNs)),
+      : S(S), Now(Now), Age(agoMs(S.HeartbeatNs, Now)),
+        Counted(S.Prio <= SegPriority::BestEffort && heartbeatFresh(S.HeartbeatNs, Now, StaleNs)),
         Cmd(commandOf(S.Pid)), Proc(processState(S)),
         Unreported(S.Started > S.Finished ? S.Started - S.Finished : 0),
         WaitKnown((S.Flags & seg::FlagWaitShare) && S.WaitShare >= 1 && S.WaitShare <= 1001) {}
@@ -204,7 +165,7 @@ struct SlotView {
   bool be() const { return S.Prio == SegPriority::BestEffort; }
 };
 
-std::string slotText(const SlotView &V, uint64_t StaleNs) {
+std::string slotText(const SlotView &V) {
   const SlotInfo &S = V.S;
   if (S.State != seg::StateLive)
     return fmt("  slot %u: being claimed or freed (pid %u)\n", S.Index, unsigned(S.Pid));
@@ -217,9 +178,9 @@ std::string slotText(const SlotView &V, uint64_t StaleNs) {
                    unsigned(S.Prio));
   L += V.hp() ? ", high priority" : ", best effort";
   L += ", heartbeat " + agoText(V.Age);
-  if (V.Age < -double(seg::FutureSlackNs) / 1e6)
+  if (!V.Counted && V.Age < 0)
     L += ": invalid, not counted by the runtime";
-  else if (V.Age * 1e6 > double(StaleNs))
+  else if (!V.Counted)
     L += std::string(": stale, not counted by the runtime (process ") + V.Proc +
          "; the slot is freed at the next heartbeat of any process)";
   else if (std::strcmp(V.Proc, "running") != 0)
@@ -344,7 +305,7 @@ StatusReport segmentStatus(const StatusOptions &O) {
                 "\"not_counted\": %u, \"hp_active\": %s, \"slots\": [",
                 Live, Hp, Be, NotCounted, Active ? "true" : "false");
     for (size_t I = 0; I < Views.size(); ++I) {
-      Text += slotText(Views[I], O.StaleNs);
+      Text += slotText(Views[I]);
       Json += std::string(I ? ", " : "") + slotJson(Views[I]);
     }
     Json += "]}";

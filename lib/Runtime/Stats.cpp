@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "RuntimeImpl.h"
+#include "tally/Runtime/Json.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -37,23 +38,6 @@ struct Row {
   uint64_t total() const { return Launches[0] + Launches[1] + Launches[2]; }
   uint64_t gpuNanos() const { return GpuByForm[0] + GpuByForm[1] + GpuByForm[2]; }
 };
-
-std::string jsonString(const std::string &S) {
-  std::string O = "\"";
-  for (unsigned char C : S) {
-    if (C == '"' || C == '\\') {
-      O += '\\';
-      O += static_cast<char>(C);
-    } else if (C < 0x20) {
-      char B[8];
-      std::snprintf(B, sizeof B, "\\u%04x", C);
-      O += B;
-    } else {
-      O += static_cast<char>(C);
-    }
-  }
-  return O + "\"";
-}
 } // namespace
 
 void Runtime::Impl::writeStats() {

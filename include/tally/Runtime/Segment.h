@@ -274,6 +274,10 @@ bool validateSegmentImage(const void *Bytes, size_t Size, std::string &Why);
 bool slotsOfImage(const void *Bytes, size_t Size, std::vector<SlotInfo> &Out,
                   std::string &Why);
 
+/// The runtime's rule for a live slot's heartbeat: counted while at most
+/// \p StaleNs old, or at most seg::FutureSlackNs in the future.
+bool heartbeatFresh(uint64_t HeartbeatNs, uint64_t NowNs, uint64_t StaleNs);
+
 /// Field 22 of /proc/<Pid>/stat, the process's start time in clock ticks
 /// since boot (what a slot's StartTime holds): 0 when there is no such
 /// process or it cannot be read.
