@@ -590,13 +590,36 @@ start_be() {
   done
 }
 
-# stop_be PID: SIGTERM, then -9 after 30 s; BERC is its exit status.
+# dump_stuck PID FILE: what a process that does not end when asked is
+# doing, for the record before it is killed: the segments (tally status),
+# its threads' states and kernel wait channels, a gdb backtrace where gdb
+# is.
+dump_stuck() {
+  local p task
+  {
+    echo "== $(date -u '+%H:%M:%S') tally status"
+    "$TALLY" status 2>&1
+    for p in $1 $(pgrep -P "$1"); do
+      echo "== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+      for task in /proc/"$p"/task/*; do
+        echo "$(basename "$task") $(awk '{print $3}' "$task/stat" 2>/dev/null)" \
+          "$(cat "$task/comm" 2>/dev/null) wchan=$(cat "$task/wchan" 2>/dev/null)"
+      done
+      command -v gdb >/dev/null && timeout 60 gdb -p "$p" -batch -ex "thread apply all bt 30" 2>&1 | tail -200
+    done
+  } >"$2" 2>&1
+}
+
+# stop_be PID: SIGTERM, then -9 after 30 s (dumped first into
+# $L/stuck-PID.txt); BERC is its exit status.
 stop_be() {
   kill -TERM "$1" 2>/dev/null
   if wait_exit "$1" 30; then
     reap "$1"
     BERC=$?
   else
+    dump_stuck "$1" "$L/stuck-$1.txt"
+    echo "   a BE process did not end within 30 s of SIGTERM: $L/stuck-$1.txt" >&2
     kill -9 "$1" 2>/dev/null
     reap "$1"
     BERC=timeout

@@ -12,19 +12,27 @@
 # Usage: scripts/gpu-hp-goal.sh [DIR]   (DIR default .carry/runtime)
 # Environment:
 #   OUT          results folder (default gpu-out/hp-goal): LOAD/runN.csv,
-#                LOAD/runN.log (gpu-colocate.sh's output), goal-LOAD.md,
+#                LOAD/runN.log (gpu-colocate.sh's output), LOAD/runN-logs.tgz
+#                (a failed run's logs, the CSVs left out), goal-LOAD.md,
 #                summary.md
 #   LOADS        HP loads, fractions of its capacity (default "0.1 0.5")
 #   REPEATS      gpu-colocate.sh runs per load (default 3)
 #   TALLY_RUNS   Tally-with-MPS runs per gpu-colocate.sh run (default 2; the
 #                extra ones are TALLY_MPS_VARIANTS that only name a run)
+#   VARIANTS     more Tally-with-MPS systems to judge alongside, once per
+#                gpu-colocate.sh run: gpu-colocate.sh's TALLY_MPS_VARIANTS
+#                syntax (NAME=VAR=VALUE[,VAR=VALUE...], space-separated; the
+#                names tally2..tally9 are this script's); each is its own row
+#                (tally-mps+NAME)
 #   HP_KERNELS   kernels per HP request (default 1: the issue's request)
 #   HP_SECONDS   HP's window per run, s (default 8)
 #   SYSTEMS      default "mps-prio tally-mps"; BE_CONFS default be10;
 #                PROFILE, PROFILE_SEED and the rest pass to gpu-colocate.sh
-# Time: about 2.5 minutes per gpu-colocate.sh run at HP_SECONDS=8, so 3
-# repeats of two loads take 15: more than one device command (10 minutes).
-# Run one load per command (LOADS=0.5), each with its own OUT.
+# Time: about 70 s per gpu-colocate.sh run at HP_SECONDS=8 with the
+# defaults, and some 15 s more per extra Tally run or variant (2026-11-28,
+# H200: three runs of one load in 3.5 minutes), so three repeats of two
+# loads take about 7 minutes; with variants run one load per device command
+# (LOADS=0.5), each with its own OUT.
 set -uo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.." || exit 1
@@ -46,6 +54,11 @@ mkdir -p "$OUT" || die "cannot create $OUT"
 OUT=$(cd "$OUT" && pwd)
 # The extra Tally runs: variants that set nothing of consequence.
 variants=() aliases=()
+read -ra extra <<<"${VARIANTS:-}"
+for v in "${extra[@]}"; do
+  [[ $v == tally[2-9]=* ]] && die "VARIANTS: '$v': the names tally2..tally9 are the extra Tally runs'"
+  variants+=("$v")
+done
 for ((k = 2; k <= TALLY_RUNS; ++k)); do
   variants+=("tally$k=TALLY_LOG_LEVEL=warn")
   aliases+=(--alias "tally-mps+tally$k=tally-mps")
@@ -66,7 +79,12 @@ for load in $LOADS; do
       cp "$d/run$i/colocate.csv" "$d/run$i.csv"
       csvs+=("$d/run$i.csv")
     fi
-    ((r)) && { rc=$r; echo "   gpu-colocate.sh exited $r (see $d/run$i.log)"; }
+    if ((r)); then
+      rc=$r
+      # Its logs (not the large per-request CSVs) stay for a look.
+      tar czf "$d/run$i-logs.tgz" --exclude='*.csv' -C "$d/run$i" . 2>/dev/null
+      echo "   gpu-colocate.sh exited $r (see $d/run$i.log, $d/run$i-logs.tgz)"
+    fi
     rm -rf "$d/run$i"
   done
   if ((${#csvs[@]})); then
@@ -80,7 +98,7 @@ done
   echo "# gpu-hp-goal ($(date -u '+%Y-%m-%d %H:%M UTC'))"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   echo "HP: ${HP_KERNELS:-1} kernels per request, ${HP_SECONDS:-8} s per run; BE: ${BE_CONFS:-be10};" \
-    "$REPEATS runs per load, $TALLY_RUNS Tally runs in each"
+    "$REPEATS runs per load, $TALLY_RUNS Tally runs in each${VARIANTS:+; variants: $VARIANTS}"
   for load in $LOADS; do
     echo
     echo "## HP at $load of its capacity"

@@ -617,6 +617,25 @@ void Runtime::Impl::preemptorLoop() {
   }
 }
 
+void Runtime::Impl::noteStuckResumption(const PtbLaunch &L) {
+  // A resumption whose Start (recorded on the resume stream just before
+  // it) is not reached waits behind something on that stream's hardware
+  // queue: most likely the gate of the program's stream, which it alone
+  // can open (too few work queues: Config::WorkQueues). Said once, as an
+  // error: the program waits for ever.
+  static std::atomic<bool> Said{false};
+  if (!L.Resumed || !L.Start || D.cuEventQuery(L.Start) != CUDA_ERROR_NOT_READY ||
+      Said.exchange(true))
+    return;
+  logf(LogLevel::Error,
+       "kernel %s: a resumed PTB launch has not started after 2 s; most likely its stream "
+       "shares a hardware work queue with the program's stream, which waits for it at the "
+       "launch's gate, and neither can go on. Run best-effort processes with "
+       "CUDA_DEVICE_MAX_CONNECTIONS=%d (`tally run` sets it unless it is set; under MPS the "
+       "driver may give a client fewer queues than asked)",
+       L.K->Name.c_str(), Config::WorkQueues);
+}
+
 /// Polls \p E until it completes; false when the driver reports an error
 /// (a destroyed context at exit, say) or, once the process is exiting,
 /// after 10 s (the program's own exit must not hang on Tally).
@@ -637,6 +656,7 @@ bool Runtime::Impl::waitEvent(CUevent E, const PtbLaunch *L, const char *What) {
         Reported = true;
         logf(LogLevel::Debug, "kernel %s: waiting for its %s for more than 2 s", L->K->Name.c_str(),
              What);
+        noteStuckResumption(*L);
       }
       if ((Spin & 255) == 0 && Shut.load(std::memory_order_relaxed)) {
         if (Deadline == Clock::time_point{})
@@ -673,6 +693,7 @@ bool Runtime::Impl::resume(PtbLaunch &L, bool Resumption) {
     logf(LogLevel::Warn, "kernel %s: cannot track a resumed PTB launch; it is not preempted",
          L.K->Name.c_str());
   }
+  L.Resumed = true;
   if (Resumption) // not a widening beside HP (Scheduler.cpp)
     L.K->Resumptions.fetch_add(1, std::memory_order_relaxed);
   logf(LogLevel::Debug, "kernel %s: resumed on %u workers", L.K->Name.c_str(), L.Workers);

@@ -151,6 +151,8 @@ struct PtbLaunch {
   /// it is done (an event or a write could not be queued): it is not
   /// watched any more, and neither is ever reused.
   bool Lost = false;
+  /// Relaunched at least once (on the context's resume stream).
+  bool Resumed = false;
   /// Its launch failed after a clear of its control block was queued on
   /// the program's stream, which may still land: the block is never reused
   /// (its events and word are).
@@ -663,6 +665,9 @@ struct Runtime::Impl {
   /// Relaunches a preempted \p L (three tries); failing that, releases its
   /// stream with an error and returns false.
   bool resumeOrRelease(PtbLaunch &L, uint32_t Done, bool Resumption = true);
+  /// Called after 2 s of waiting for \p L: an error (once) when it was
+  /// resumed and its resumption has not started (Config::WorkQueues).
+  void noteStuckResumption(const PtbLaunch &L);
   void waitForOwner(void *Owner);
   void waitForContext(const ContextState *C);
   void stopPreemptor();

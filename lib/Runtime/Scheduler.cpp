@@ -155,6 +155,18 @@ void Runtime::Impl::coordinate(ContextState &C) {
                            "arriving HP kernel waits for the running BE blocks to leave%s%s",
            Asked ? "on for this context" : "running (its control pipe is there)",
            Beside.c_str(), Below.c_str());
+      // Config::WorkQueues: too few hardware queues can make a resumption
+      // wait behind its own stream's gate (`tally run` asks for enough).
+      if (Cfg.Prio != Priority::High) {
+        const char *Queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+        if (!Queues || std::atoi(Queues) < Config::WorkQueues)
+          logf(LogLevel::Warn,
+               "CUDA_DEVICE_MAX_CONNECTIONS is %s: under MPS this client may get too few "
+               "hardware work queues, and a preempted launch's resumption can then wait "
+               "behind the gate on the program's stream for ever; set it to %d before the "
+               "program starts (`tally run` does)",
+               Queues ? Queues : "not set", Config::WorkQueues);
+      }
     }
     else
       logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
@@ -1469,12 +1481,18 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     if (L.ArmSeq && !runsNarrow(L) && !observeBusy(nullptr) &&
         D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
       armFlag(L);
+    bool Stuck = false; // noteStuckResumption looked
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))
         return; // destroyed behind the runtime's back: nothing to watch
       CUresult Q = D.cuEventQuery(L.End);
       if (Q != CUDA_ERROR_NOT_READY)
         return; // ended with every block done (or the context is gone)
+      if (!Stuck && L.Resumed && (Spin & 1023) == 1023 &&
+          Clock::now() - Watched > std::chrono::seconds(2)) {
+        Stuck = true;
+        noteStuckResumption(L);
+      }
       // Narrow beside HP only while every HP process is an MPS client (as
       // of the last look; one that is not makes a narrow launch leave).
       const bool Narrowed = runsNarrow(L);

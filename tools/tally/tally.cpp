@@ -121,8 +121,10 @@ const char *Variables =
     "  TALLY_DRIVER       the CUDA driver library (default libcuda.so.1)\n"
     "  TALLY_DISABLE      1: the runtime passes every call through\n"
     "  TALLY_LIBRARY      where `tally run` finds libtally.so\n"
-    "Also set: CUDA_MPS_CLIENT_PRIORITY=1 for best-effort processes, unless it is set\n"
-    "or --no-mps-priority is given.\n";
+    "Also set for best-effort processes: CUDA_MPS_CLIENT_PRIORITY=1, unless it is set\n"
+    "or --no-mps-priority is given; CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware work\n"
+    "queues, so that a preempted launch's resumption never waits behind its own\n"
+    "stream's gate), unless it is set.\n";
 
 /// The MPS daemon's folders: the user's settings, else NVIDIA's default
 /// pipe folder (so clients need no setting) and a log folder a user may
@@ -706,6 +708,14 @@ int main(int Argc, char **Argv) {
   // preempts BE kernels; this only orders the blocks both have waiting.
   if (Priority == "best-effort" && !NoMpsPriority && !std::getenv("CUDA_MPS_CLIENT_PRIORITY"))
     setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 1);
+  // Hardware work queues: a preempted launch's stream waits at its gate on
+  // the GPU while the runtime resumes it on a stream of its own; where both
+  // streams share one queue, the resumption waits behind the gate for ever.
+  // Under MPS the driver gives a client few queues unless asked (be-spin
+  // beside hp-serve with every PTB launch leaving for HP hung in 4 of 6 runs
+  // on an H200, none of 2 with 32; 2026-11-28).
+  if (Priority == "best-effort" && !std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(tally::rt::Config::WorkQueues).c_str(), 1);
   if (Run->count("--beside-ptb-percent"))
     Set("TALLY_BESIDE_PTB_PERCENT", std::to_string(BesidePtb));
   if (Run->count("--beside-wave-us"))

@@ -150,6 +150,14 @@ struct Config {
   /// be-spin of 10 and 100 us blocks the same with both (HP's p50 beside
   /// 10 us blocks 3 % higher).
   static constexpr uint64_t MpsQueueUs = 1000;
+  /// The hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) `tally run`
+  /// asks for in a best-effort process where the variable is not set: a
+  /// preempted launch's stream waits at its gate on the GPU while its
+  /// resumption runs on an internal stream, which must not share the
+  /// stream's queue (the resumption would wait behind the gate for ever).
+  /// Under MPS the driver gives a client few queues unless asked. The most
+  /// the driver takes.
+  static constexpr int WorkQueues = 32;
   /// Under MPS, BE launches measured to be short (an original whose time,
   /// with a quarter more, is within TurnaroundUs) may start while HP works:
   /// they run beside it instead of waiting for HP to be idle.

@@ -1295,6 +1295,27 @@ TEST(ScheduleBe, QueueBudget) {
     expectEachBlockOnce(Out);
 }
 
+/// Launches \p K over \p Out (64 blocks, one done before the flag) as a
+/// watched PTB launch (TALLY_FORCE=ptb, no HP yet), then starts an HP
+/// request in \p Hp and waits until the launch is stopped for it: the
+/// flag raised and its end seen. Returns the HP request's number (HP stays
+/// busy until it is reported finished), 0 on failure (already reported).
+uint64_t launchStoppedForHp(tally::rt::Segment &Hp, CUfunction K, std::vector<int> &Out) {
+  fake_set_blocks_before_flag(1);
+  fake_hold_events(1); // the launch does not end on its own
+  EXPECT_EQ(launchDirect(K, Out, 64), CUDA_SUCCESS);
+  size_t Raised = fake_log_count("writevalue", " value=1");
+  uint64_t Seq = Hp.hpLaunch(tally::rt::monotonicNs());
+  bool Up = false;
+  for (int I = 0; I < 200 && !Up; ++I) {
+    beAlive(Hp, 10);
+    Up = fake_log_count("writevalue", " value=1") > Raised;
+  }
+  fake_hold_events(0); // its end is seen; it stays stopped while HP is busy
+  EXPECT_TRUE(Up) << "HP arrived but the BE launch was not stopped";
+  return Up ? Seq : 0;
+}
+
 // TALLY_FORCE=ptb with scheduling (its own ctest entry): a BE launch is
 // stopped for an arriving HP request and held until HP is idle; meanwhile
 // the BE program enters a synchronous copy. The copy must wait in Tally
@@ -1304,19 +1325,9 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module M("be_copy");
-  fake_set_blocks_before_flag(1);
   std::vector<int> Out(64);
-  fake_hold_events(1); // the launch does not end on its own
-  ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS); // no HP yet: PTB, watched
-  size_t Raised = fake_log_count("writevalue", " value=1");
-  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
-  bool Up = false;
-  for (int I = 0; I < 200 && !Up; ++I) {
-    beAlive(*Hp, 10);
-    Up = fake_log_count("writevalue", " value=1") > Raised;
-  }
-  ASSERT_TRUE(Up) << "HP arrived but the BE launch was not stopped";
-  fake_hold_events(0); // its end is seen; it stays stopped while HP is busy
+  uint64_t Seq = launchStoppedForHp(*Hp, M.K, Out);
+  ASSERT_NE(Seq, 0u);
   std::atomic<bool> Copied{false};
   CUresult R = CUDA_ERROR_UNKNOWN;
   int First = 0;
@@ -1358,6 +1369,35 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
   fake_sync();
   expectEachBlockOnce(Out);
   EXPECT_EQ(fake_log_count("copy TIMED OUT", ""), 0u);
+}
+
+// A resumption that never starts (on the GPU: its stream shares a hardware
+// work queue with the program's stream, which waits at the launch's gate;
+// here: the fake holds every event from the relaunch on) is reported once,
+// as an error naming CUDA_DEVICE_MAX_CONNECTIONS, after 2 s (its own ctest
+// entry looks for the message); once the events go, the launch ends with
+// every block run once.
+TEST(ScheduleStuck, AResumptionThatNeverStartsIsReported) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_stuck");
+  std::vector<int> Out(64);
+  uint64_t Seq = launchStoppedForHp(*Hp, M.K, Out);
+  ASSERT_NE(Seq, 0u);
+  beAlive(*Hp, 200); // the preemption collected
+  size_t Cleared = fake_log_count("writevalue", " value=0"); // a resumption clears the flag first
+  fake_hold_events(1); // from the resumption on, nothing ends
+  Hp->hpFinished(Seq);
+  bool Resumed = false;
+  for (int I = 0; I < 200 && !Resumed; ++I) {
+    beAlive(*Hp, 10);
+    Resumed = fake_log_count("writevalue", " value=0") > Cleared;
+  }
+  ASSERT_TRUE(Resumed) << "HP went idle but the launch was not resumed";
+  beAlive(*Hp, 2600); // past the 2 s after which it is reported
+  fake_hold_events(0);
+  fake_sync();
+  expectEachBlockOnce(Out);
 }
 
 /// Cond() holds within about 2 s of HP's heartbeats (HP alive meanwhile).

@@ -399,6 +399,14 @@ add_test(NAME runtime-schedule-blocking-call
 set_tests_properties(runtime-schedule-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-blocking;TALLY_CACHE_DIR=${_rt_dir}/cache-blocking;TALLY_FORCE=ptb;TALLY_LOG_LEVEL=debug"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT")
+# A resumption that never starts is reported, once (ScheduleStuck).
+add_test(NAME runtime-schedule-stuck-resumption
+  COMMAND RuntimeTests --gtest_filter=ScheduleStuck.*)
+set_tests_properties(runtime-schedule-stuck-resumption PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stuck;TALLY_CACHE_DIR=${_rt_dir}/cache-stuck;TALLY_FORCE=ptb"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "a resumed PTB launch has not started after 2 s. most likely its stream shares a hardware work queue.*CUDA_DEVICE_MAX_CONNECTIONS=32"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT")
 # The armed preemption flag, and the flag raised by driver calls.
 foreach(_armed 1 0)
   add_test(NAME runtime-schedule-armed-${_armed}
@@ -508,6 +516,13 @@ if(NOT TALLY_SANITIZE)
             $<TARGET_FILE:tally>)
   set_tests_properties(tally-run-mps-priority PROPERTIES
     PASS_REGULAR_EXPRESSION "^\\[1\\]\n\\[unset\\]\n\\[unset\\]\n\\[0\\]\n$")
+  # A best-effort process asks for 32 hardware work queues (Config::
+  # WorkQueues) unless the variable is set; an HP process is left as it is.
+  add_test(NAME tally-run-work-queues
+    COMMAND sh -c "unset CUDA_DEVICE_MAX_CONNECTIONS; p='echo \"[\${CUDA_DEVICE_MAX_CONNECTIONS-unset}]\"'; \"$0\" run -- sh -c \"$p\"; \"$0\" run --priority=high -- sh -c \"$p\"; CUDA_DEVICE_MAX_CONNECTIONS=4 \"$0\" run -- sh -c \"$p\""
+            $<TARGET_FILE:tally>)
+  set_tests_properties(tally-run-work-queues PROPERTIES
+    PASS_REGULAR_EXPRESSION "^\\[32\\]\n\\[unset\\]\n\\[4\\]\n$")
 endif()
 # A value out of range: a clear error and exit status 1 (not CLI11's own code).
 add_test(NAME tally-run-bad-value
