@@ -598,9 +598,10 @@ dump_stuck() {
   local p task
   {
     echo "== $(date -u '+%H:%M:%S') tally status"
-    "$TALLY" status 2>&1
-    for p in $1 $(pgrep -P "$1"); do
+    timeout 10 "$TALLY" status 2>&1
+    for p in $1 $(pgrep -P "$1" 2>/dev/null); do
       echo "== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
+      [[ -d /proc/$p/task ]] || { echo "(gone)"; continue; }
       for task in /proc/"$p"/task/*; do
         echo "$(basename "$task") $(awk '{print $3}' "$task/stat" 2>/dev/null)" \
           "$(cat "$task/comm" 2>/dev/null) wchan=$(cat "$task/wchan" 2>/dev/null)"

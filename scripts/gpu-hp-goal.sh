@@ -82,8 +82,10 @@ for load in $LOADS; do
     if ((r)); then
       rc=$r
       # Its logs (not the large per-request CSVs) stay for a look.
-      tar czf "$d/run$i-logs.tgz" --exclude='*.csv' -C "$d/run$i" . 2>/dev/null
-      echo "   gpu-colocate.sh exited $r (see $d/run$i.log, $d/run$i-logs.tgz)"
+      logs=
+      [[ -d $d/run$i ]] && tar czf "$d/run$i-logs.tgz" --exclude='*.csv' -C "$d/run$i" . 2>/dev/null &&
+        logs=", $d/run$i-logs.tgz"
+      echo "   gpu-colocate.sh exited $r (see $d/run$i.log$logs)"
     fi
     rm -rf "$d/run$i"
   done

@@ -227,6 +227,13 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
   }
   if (const char *V = GetEnv("TALLY_SHM_DIR"); V && *V)
     C.ShmDir = V;
+  // The driver's variable, not ours: read, never refused (0: not set or
+  // not a number, what the driver gives then is not known).
+  if (const char *V = GetEnv("CUDA_DEVICE_MAX_CONNECTIONS"); V && *V) {
+    uint64_t N = 0;
+    if (parseUnsigned(V, 1u << 20, N))
+      C.WorkQueuesAsked = static_cast<int>(N);
+  }
   if (!Flag("TALLY_SCHEDULE", C.Schedule))
     return C;
   if (const char *V = GetEnv("TALLY_HP_COMPLETION"); V && *V) {

@@ -470,6 +470,21 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   std::memcpy(L->Block, A.Block, sizeof L->Block);
   L->SharedBytes = A.SharedBytes;
   bool Preemptible = Cfg.RandomPreemptions > 0 || (Scheduled && !Unwatched);
+  if (Preemptible && Cfg.WorkQueuesAsked == 1) {
+    // One hardware work queue for every stream (CUDA_DEVICE_MAX_CONNECTIONS
+    // =1, as Megatron-LM sets it): a resumption would wait behind this
+    // stream's gate for ever. The original runs instead (held for HP as
+    // one that cannot be stopped).
+    static std::atomic<bool> Said{false};
+    if (!Said.exchange(true))
+      logf(LogLevel::Warn,
+           "CUDA_DEVICE_MAX_CONNECTIONS=1: every stream shares one hardware work queue, where "
+           "a preempted launch's resumption would wait behind its own stream's gate; kernels "
+           "that would run as preemptible PTB launches run as their originals (not "
+           "preemptible). Set it to %d or more for preemption",
+           Config::WorkQueues);
+    return false;
+  }
   CtrlPrep Prep = CtrlPrep::None;
   CUevent WaitFor = nullptr;
   {
@@ -620,19 +635,19 @@ void Runtime::Impl::preemptorLoop() {
 void Runtime::Impl::noteStuckResumption(const PtbLaunch &L) {
   // A resumption whose Start (recorded on the resume stream just before
   // it) is not reached waits behind something on that stream's hardware
-  // queue: most likely the gate of the program's stream, which it alone
-  // can open (too few work queues: Config::WorkQueues). Said once, as an
-  // error: the program waits for ever.
+  // queue: maybe the gate of the program's stream, which it alone can open
+  // (too few work queues: Config::WorkQueues), maybe long work of another
+  // stream sharing the queue. Said once, as an error.
   static std::atomic<bool> Said{false};
   if (!L.Resumed || !L.Start || D.cuEventQuery(L.Start) != CUDA_ERROR_NOT_READY ||
       Said.exchange(true))
     return;
   logf(LogLevel::Error,
-       "kernel %s: a resumed PTB launch has not started after 2 s; most likely its stream "
-       "shares a hardware work queue with the program's stream, which waits for it at the "
-       "launch's gate, and neither can go on. Run best-effort processes with "
-       "CUDA_DEVICE_MAX_CONNECTIONS=%d (`tally run` sets it unless it is set; under MPS the "
-       "driver may give a client fewer queues than asked)",
+       "kernel %s: a resumed PTB launch has not started after 2 s; its stream may share a "
+       "hardware work queue with the program's stream, which waits for it at the launch's "
+       "gate: then neither can go on, and the program waits for ever. Run best-effort "
+       "processes with CUDA_DEVICE_MAX_CONNECTIONS=%d (`tally run` sets it unless it is set; "
+       "under MPS the driver may give a client fewer queues than asked)",
        L.K->Name.c_str(), Config::WorkQueues);
 }
 

@@ -155,23 +155,32 @@ void Runtime::Impl::coordinate(ContextState &C) {
                            "arriving HP kernel waits for the running BE blocks to leave%s%s",
            Asked ? "on for this context" : "running (its control pipe is there)",
            Beside.c_str(), Below.c_str());
-      // Config::WorkQueues: too few hardware queues can make a resumption
-      // wait behind its own stream's gate (`tally run` asks for enough).
-      if (Cfg.Prio != Priority::High) {
-        const char *Queues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-        if (!Queues || std::atoi(Queues) < Config::WorkQueues)
-          logf(LogLevel::Warn,
-               "CUDA_DEVICE_MAX_CONNECTIONS is %s: under MPS this client may get too few "
-               "hardware work queues, and a preempted launch's resumption can then wait "
-               "behind the gate on the program's stream for ever; set it to %d before the "
-               "program starts (`tally run` does)",
-               Queues ? Queues : "not set", Config::WorkQueues);
-      }
     }
     else
       logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
                            "waits for the BE context's time slice (hundreds of microseconds); "
                            "'tally mps start' runs MPS");
+    // Config::WorkQueues: with too few hardware work queues a resumption
+    // may share one with the gate of the program's stream and wait behind
+    // it (at 1 it always does: Launcher.cpp runs originals then, and says
+    // so at the first launch).
+    if (Cfg.Prio != Priority::High) {
+      const int Q = Cfg.WorkQueuesAsked;
+      if (Q > 1 && Q < Config::WorkQueues)
+        logf(LogLevel::Warn,
+             "CUDA_DEVICE_MAX_CONNECTIONS is %d: with fewer than %d hardware work queues a "
+             "preempted launch's resumption may share one with the program's stream and wait "
+             "behind its gate for ever; %d (what `tally run` sets when it is unset) makes that "
+             "unlikely",
+             Q, Config::WorkQueues, Config::WorkQueues);
+      else if (Q == 0 && Co.Mps)
+        logf(LogLevel::Warn,
+             "CUDA_DEVICE_MAX_CONNECTIONS is not set: under MPS this client may get few "
+             "hardware work queues, and a preempted launch's resumption may then wait behind "
+             "the gate on the program's stream for ever; set it to %d before the program "
+             "starts (`tally run` does)",
+             Config::WorkQueues);
+    }
     if (Cfg.Prio == Priority::High) {
       // The GPU writes each launch's completion into the segment.
       void *Base = Co.Seg->mappingBase();

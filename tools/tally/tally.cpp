@@ -123,8 +123,8 @@ const char *Variables =
     "  TALLY_LIBRARY      where `tally run` finds libtally.so\n"
     "Also set for best-effort processes: CUDA_MPS_CLIENT_PRIORITY=1, unless it is set\n"
     "or --no-mps-priority is given; CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware work\n"
-    "queues, so that a preempted launch's resumption never waits behind its own\n"
-    "stream's gate), unless it is set.\n";
+    "queues: with few, a preempted launch's resumption can share one with its own\n"
+    "stream's gate and wait behind it for ever), unless it is set.\n";
 
 /// The MPS daemon's folders: the user's settings, else NVIDIA's default
 /// pipe folder (so clients need no setting) and a log folder a user may
@@ -713,8 +713,11 @@ int main(int Argc, char **Argv) {
   // streams share one queue, the resumption waits behind the gate for ever.
   // Under MPS the driver gives a client few queues unless asked (be-spin
   // beside hp-serve with every PTB launch leaving for HP hung in 4 of 6 runs
-  // on an H200, none of 2 with 32; 2026-11-28).
-  if (Priority == "best-effort" && !std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"))
+  // on an H200, none of 2 with 32; 2026-11-28). A value the user set is
+  // kept (the runtime warns below 32, and at 1 runs originals instead of
+  // preemptible PTB launches).
+  if (const char *Q = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+      Priority == "best-effort" && (!Q || !*Q))
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(tally::rt::Config::WorkQueues).c_str(), 1);
   if (Run->count("--beside-ptb-percent"))
     Set("TALLY_BESIDE_PTB_PERCENT", std::to_string(BesidePtb));

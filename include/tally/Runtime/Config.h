@@ -158,6 +158,11 @@ struct Config {
   /// Under MPS the driver gives a client few queues unless asked. The most
   /// the driver takes.
   static constexpr int WorkQueues = 32;
+  /// CUDA_DEVICE_MAX_CONNECTIONS as the process was started with (0: not
+  /// set, or not a whole number). At 1 every stream shares one queue, so a
+  /// preemptible PTB launch would hang at its first preemption: PTB
+  /// launches that could be preempted run as originals instead.
+  int WorkQueuesAsked = 0;
   /// Under MPS, BE launches measured to be short (an original whose time,
   /// with a quarter more, is within TurnaroundUs) may start while HP works:
   /// they run beside it instead of waiting for HP to be idle.

@@ -1400,6 +1400,47 @@ TEST(ScheduleStuck, AResumptionThatNeverStartsIsReported) {
   expectEachBlockOnce(Out);
 }
 
+// The same with a resumption that has started and runs on for 2.6 s (the
+// fake holds PTB launches running): not reported (its own ctest entry
+// fails on the message).
+TEST(ScheduleLongResumption, ARunningResumptionIsNotReported) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M("be_long");
+  std::vector<int> Out(64);
+  uint64_t Seq = launchStoppedForHp(*Hp, M.K, Out);
+  ASSERT_NE(Seq, 0u);
+  beAlive(*Hp, 200); // the preemption collected
+  size_t Cleared = fake_log_count("writevalue", " value=0");
+  fake_hold_ptb(1); // from the resumption on, it runs (started, not ended)
+  Hp->hpFinished(Seq);
+  bool Resumed = false;
+  for (int I = 0; I < 200 && !Resumed; ++I) {
+    beAlive(*Hp, 10);
+    Resumed = fake_log_count("writevalue", " value=0") > Cleared;
+  }
+  ASSERT_TRUE(Resumed) << "HP went idle but the launch was not resumed";
+  beAlive(*Hp, 2600); // past the 2 s after which a stuck one is reported
+  fake_hold_ptb(0);
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
+
+// CUDA_DEVICE_MAX_CONNECTIONS=1 (its own ctest entry, TALLY_FORCE=ptb with
+// scheduling): every stream shares one hardware work queue, so a launch
+// that would be a preemptible PTB launch runs as the original instead: no
+// gate on its stream (said once, checked by the entry).
+TEST(OneWorkQueue, PreemptibleLaunchesRunAsOriginals) {
+  Module M("one_queue");
+  for (int I = 0; I < 3; ++I) {
+    std::vector<int> Out(64);
+    ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS);
+    fake_sync();
+    expectEachBlockOnce(Out);
+  }
+  EXPECT_EQ(fake_log_count("waitvalue", ""), 0u) << "a gate was queued on the program's stream";
+}
+
 /// Cond() holds within about 2 s of HP's heartbeats (HP alive meanwhile).
 template <typename F> bool aliveUntil(tally::rt::Segment &Hp, F Cond) {
   for (int I = 0; I < 200 && !Cond(); ++I)

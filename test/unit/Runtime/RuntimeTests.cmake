@@ -9,6 +9,13 @@ target_include_directories(fakecuda SYSTEM PRIVATE ${TALLY_RT_CUDA_INCLUDE})
 target_link_options(fakecuda PRIVATE -Wl,-Bsymbolic)
 set_target_properties(fakecuda PROPERTIES CXX_VISIBILITY_PRESET hidden)
 
+# What libtally adds to an HP process's requests on the host, against this
+# fake (a benchmark: scripts/bench-hp-launch.sh; a smoke test below).
+add_executable(tally-hp-launch-bench ${PROJECT_SOURCE_DIR}/benchmarks/runtime/hp-launch-bench.cpp)
+target_include_directories(tally-hp-launch-bench SYSTEM PRIVATE ${TALLY_RT_CUDA_INCLUDE})
+target_link_libraries(tally-hp-launch-bench PRIVATE fakecuda)
+add_dependencies(tally-hp-launch-bench tally-runtime)
+
 add_executable(RuntimeTests RuntimeTest.cpp)
 target_include_directories(RuntimeTests SYSTEM PRIVATE ${TALLY_RT_CUDA_INCLUDE})
 target_link_libraries(RuntimeTests PRIVATE fakecuda TallyRuntimeCore GTest::gtest_main
@@ -37,6 +44,13 @@ if(TALLY_SANITIZE)
   # resolves its symbols there.
   list(APPEND _rt_env "ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0")
 endif()
+# The benchmark runs (not timed: its numbers are for scripts/bench-hp-launch.sh).
+add_test(NAME hp-launch-bench-smoke
+  COMMAND tally-hp-launch-bench --requests 300 --batches 3)
+set_tests_properties(hp-launch-bench-smoke PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-bench;TALLY_PRIORITY=high"
+  PASS_REGULAR_EXPRESSION "3 batches of 300 requests: median [0-9.]+ ns per request"
+  FAIL_REGULAR_EXPRESSION "DEAD|failed|error|Sanitizer")
 add_test(NAME runtime-passthrough COMMAND RuntimeTests --gtest_filter=Passthrough.*)
 set_tests_properties(runtime-passthrough PROPERTIES ENVIRONMENT "${_rt_env}")
 # A RuntimeTests run that writes its statistics (NAME.json) under ENV, then
@@ -405,8 +419,24 @@ add_test(NAME runtime-schedule-stuck-resumption
 set_tests_properties(runtime-schedule-stuck-resumption PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stuck;TALLY_CACHE_DIR=${_rt_dir}/cache-stuck;TALLY_FORCE=ptb"
   TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "a resumed PTB launch has not started after 2 s. most likely its stream shares a hardware work queue.*CUDA_DEVICE_MAX_CONNECTIONS=32"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT")
+  PASS_REGULAR_EXPRESSION "a resumed PTB launch has not started after 2 s. its stream may share a hardware work queue.*CUDA_DEVICE_MAX_CONNECTIONS=32"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT|Sanitizer|Segmentation|Abort")
+# A resumption that started and runs long is not (ScheduleLongResumption).
+add_test(NAME runtime-schedule-long-resumption
+  COMMAND RuntimeTests --gtest_filter=ScheduleLongResumption.*)
+set_tests_properties(runtime-schedule-long-resumption PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-long;TALLY_CACHE_DIR=${_rt_dir}/cache-long;TALLY_FORCE=ptb"
+  TIMEOUT 120
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT|has not started after")
+# One hardware work queue: preemptible PTB launches run as originals.
+file(MAKE_DIRECTORY ${_rt_dir}/shm-one-queue)
+add_test(NAME runtime-one-work-queue
+  COMMAND RuntimeTests --gtest_filter=OneWorkQueue.*)
+set_tests_properties(runtime-one-work-queue PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-one-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-one-queue;TALLY_FORCE=ptb;CUDA_DEVICE_MAX_CONNECTIONS=1"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "CUDA_DEVICE_MAX_CONNECTIONS=1: every stream shares one hardware work queue"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|Sanitizer|Segmentation|Abort")
 # The armed preemption flag, and the flag raised by driver calls.
 foreach(_armed 1 0)
   add_test(NAME runtime-schedule-armed-${_armed}
@@ -517,12 +547,13 @@ if(NOT TALLY_SANITIZE)
   set_tests_properties(tally-run-mps-priority PROPERTIES
     PASS_REGULAR_EXPRESSION "^\\[1\\]\n\\[unset\\]\n\\[unset\\]\n\\[0\\]\n$")
   # A best-effort process asks for 32 hardware work queues (Config::
-  # WorkQueues) unless the variable is set; an HP process is left as it is.
+  # WorkQueues) unless the variable is set (empty counts as unset); an HP
+  # process is left as it is.
   add_test(NAME tally-run-work-queues
-    COMMAND sh -c "unset CUDA_DEVICE_MAX_CONNECTIONS; p='echo \"[\${CUDA_DEVICE_MAX_CONNECTIONS-unset}]\"'; \"$0\" run -- sh -c \"$p\"; \"$0\" run --priority=high -- sh -c \"$p\"; CUDA_DEVICE_MAX_CONNECTIONS=4 \"$0\" run -- sh -c \"$p\""
+    COMMAND sh -c "unset CUDA_DEVICE_MAX_CONNECTIONS; p='echo \"[\${CUDA_DEVICE_MAX_CONNECTIONS-unset}]\"'; \"$0\" run -- sh -c \"$p\"; \"$0\" run --priority=high -- sh -c \"$p\"; CUDA_DEVICE_MAX_CONNECTIONS=4 \"$0\" run -- sh -c \"$p\"; CUDA_DEVICE_MAX_CONNECTIONS= \"$0\" run -- sh -c \"$p\""
             $<TARGET_FILE:tally>)
   set_tests_properties(tally-run-work-queues PROPERTIES
-    PASS_REGULAR_EXPRESSION "^\\[32\\]\n\\[unset\\]\n\\[4\\]\n$")
+    PASS_REGULAR_EXPRESSION "^\\[32\\]\n\\[unset\\]\n\\[4\\]\n\\[32\\]\n$")
 endif()
 # A value out of range: a clear error and exit status 1 (not CLI11's own code).
 add_test(NAME tally-run-bad-value
