@@ -1371,6 +1371,34 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
   EXPECT_EQ(fake_log_count("copy TIMED OUT", ""), 0u);
 }
 
+/// A launch stopped for HP (launchStoppedForHp), resumed once HP's request
+/// \p Seq ends, with \p Hold(1) called just before (what the fake holds
+/// from the resumption on), and watched for 2.6 s (past the 2 s after which
+/// a resumption that has not started is reported); then \p Hold(0), and
+/// every block must have run once.
+void resumeHeldFor2600Ms(const char *Name, void (*Hold)(int)) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module M(Name);
+  std::vector<int> Out(64);
+  uint64_t Seq = launchStoppedForHp(*Hp, M.K, Out);
+  ASSERT_NE(Seq, 0u);
+  beAlive(*Hp, 200); // the preemption collected
+  size_t Cleared = fake_log_count("writevalue", " value=0"); // a resumption clears the flag first
+  Hold(1);
+  Hp->hpFinished(Seq);
+  bool Resumed = false;
+  for (int I = 0; I < 200 && !Resumed; ++I) {
+    beAlive(*Hp, 10);
+    Resumed = fake_log_count("writevalue", " value=0") > Cleared;
+  }
+  EXPECT_TRUE(Resumed) << "HP went idle but the launch was not resumed";
+  beAlive(*Hp, 2600);
+  Hold(0);
+  fake_sync();
+  expectEachBlockOnce(Out);
+}
+
 // A resumption that never starts (on the GPU: its stream shares a hardware
 // work queue with the program's stream, which waits at the launch's gate;
 // here: the fake holds every event from the relaunch on) is reported once,
@@ -1378,52 +1406,14 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
 // entry looks for the message); once the events go, the launch ends with
 // every block run once.
 TEST(ScheduleStuck, AResumptionThatNeverStartsIsReported) {
-  auto Hp = otherProcess(tally::rt::SegPriority::High);
-  ASSERT_TRUE(Hp);
-  Module M("be_stuck");
-  std::vector<int> Out(64);
-  uint64_t Seq = launchStoppedForHp(*Hp, M.K, Out);
-  ASSERT_NE(Seq, 0u);
-  beAlive(*Hp, 200); // the preemption collected
-  size_t Cleared = fake_log_count("writevalue", " value=0"); // a resumption clears the flag first
-  fake_hold_events(1); // from the resumption on, nothing ends
-  Hp->hpFinished(Seq);
-  bool Resumed = false;
-  for (int I = 0; I < 200 && !Resumed; ++I) {
-    beAlive(*Hp, 10);
-    Resumed = fake_log_count("writevalue", " value=0") > Cleared;
-  }
-  ASSERT_TRUE(Resumed) << "HP went idle but the launch was not resumed";
-  beAlive(*Hp, 2600); // past the 2 s after which it is reported
-  fake_hold_events(0);
-  fake_sync();
-  expectEachBlockOnce(Out);
+  resumeHeldFor2600Ms("be_stuck", fake_hold_events);
 }
 
 // The same with a resumption that has started and runs on for 2.6 s (the
 // fake holds PTB launches running): not reported (its own ctest entry
 // fails on the message).
 TEST(ScheduleLongResumption, ARunningResumptionIsNotReported) {
-  auto Hp = otherProcess(tally::rt::SegPriority::High);
-  ASSERT_TRUE(Hp);
-  Module M("be_long");
-  std::vector<int> Out(64);
-  uint64_t Seq = launchStoppedForHp(*Hp, M.K, Out);
-  ASSERT_NE(Seq, 0u);
-  beAlive(*Hp, 200); // the preemption collected
-  size_t Cleared = fake_log_count("writevalue", " value=0");
-  fake_hold_ptb(1); // from the resumption on, it runs (started, not ended)
-  Hp->hpFinished(Seq);
-  bool Resumed = false;
-  for (int I = 0; I < 200 && !Resumed; ++I) {
-    beAlive(*Hp, 10);
-    Resumed = fake_log_count("writevalue", " value=0") > Cleared;
-  }
-  ASSERT_TRUE(Resumed) << "HP went idle but the launch was not resumed";
-  beAlive(*Hp, 2600); // past the 2 s after which a stuck one is reported
-  fake_hold_ptb(0);
-  fake_sync();
-  expectEachBlockOnce(Out);
+  resumeHeldFor2600Ms("be_long", fake_hold_ptb);
 }
 
 // CUDA_DEVICE_MAX_CONNECTIONS=1 (its own ctest entry, TALLY_FORCE=ptb with
