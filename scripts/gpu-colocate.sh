@@ -590,27 +590,6 @@ start_be() {
   done
 }
 
-# dump_stuck PID FILE: what a process that does not end when asked is
-# doing, for the record before it is killed: the segments (tally status),
-# its threads' states and kernel wait channels, a gdb backtrace where gdb
-# is.
-dump_stuck() {
-  local p task
-  {
-    echo "== $(date -u '+%H:%M:%S') tally status"
-    timeout 10 "$TALLY" status 2>&1
-    for p in $1 $(pgrep -P "$1" 2>/dev/null); do
-      echo "== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
-      [[ -d /proc/$p/task ]] || { echo "(gone)"; continue; }
-      for task in /proc/"$p"/task/*; do
-        echo "$(basename "$task") $(awk '{print $3}' "$task/stat" 2>/dev/null)" \
-          "$(cat "$task/comm" 2>/dev/null) wchan=$(cat "$task/wchan" 2>/dev/null)"
-      done
-      command -v gdb >/dev/null && timeout 60 gdb -p "$p" -batch -ex "thread apply all bt 30" 2>&1 | tail -200
-    done
-  } >"$2" 2>&1
-}
-
 # stop_be PID: SIGTERM, then -9 after 30 s (dumped first into
 # $L/stuck-PID.txt); BERC is its exit status.
 stop_be() {
@@ -619,7 +598,7 @@ stop_be() {
     reap "$1"
     BERC=$?
   else
-    dump_stuck "$1" "$L/stuck-$1.txt"
+    "$src/scripts/debug/dump-stuck.sh" "$TALLY" "$1" >"$L/stuck-$1.txt" 2>&1
     echo "   a BE process did not end within 30 s of SIGTERM: $L/stuck-$1.txt" >&2
     kill -9 "$1" 2>/dev/null
     reap "$1"

@@ -2,13 +2,13 @@
 // requests on the host, without a GPU: requests of one kernel launch and a
 // cuStreamSynchronize (hp-serve's shape), made against the fake driver of
 // the runtime tests (test/unit/Runtime/FakeDriver.cpp) with libtally.so
-// preloaded in front of it. The fake's own calls are cheap, so the
-// differences between settings are libtally's work per request: its
-// interception, the announcement in the shared segment, the completion
-// path (an event per launch and a write at the wait, in bursts), the
-// wait-share bookkeeping at the wait. (The real driver's cost of the extra
-// calls it makes is not in it: gpu-hp-overhead.sh measures the whole on a
-// GPU.)
+// preloaded in front of it. The time per request holds the fake's work
+// too (it logs every call), also for the calls libtally adds; the script
+// counts libtally's own part with perf: its interception, the announcement
+// in the shared segment, the completion path (an event per launch and a
+// write at the wait, in bursts), the wait-share bookkeeping at the wait.
+// (The real driver's cost of the calls libtally adds is not in it:
+// gpu-hp-overhead.sh measures the whole on a GPU.)
 //
 // Usage: tally-hp-launch-bench [--requests N] [--batches B]
 // Prints the median, over B batches, of the nanoseconds per request, and
@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -85,9 +84,8 @@ int main(int Argc, char **Argv) {
   };
   Batch(Requests / 10 + 1); // warm: the runtime joins the segment at its first launch
   std::vector<double> Ns;
-  for (long B = 0; B < Batches; ++B) {
+  for (long B = 0; B < Batches; ++B)
     Ns.push_back(Batch(Requests));
-  }
   std::sort(Ns.begin(), Ns.end());
   std::printf("hp-launch-bench: %ld batches of %ld requests: median %.1f ns per request "
               "(p10 %.1f, p90 %.1f)\n",

@@ -639,8 +639,8 @@ void Runtime::Impl::noteStuckResumption(const PtbLaunch &L) {
   // (too few work queues: Config::WorkQueues), maybe long work of another
   // stream sharing the queue. Said once, as an error.
   static std::atomic<bool> Said{false};
-  if (!L.Resumed || !L.Start || D.cuEventQuery(L.Start) != CUDA_ERROR_NOT_READY ||
-      Said.exchange(true))
+  if (Said.load(std::memory_order_relaxed) || !L.Resumed || !L.Start ||
+      D.cuEventQuery(L.Start) != CUDA_ERROR_NOT_READY || Said.exchange(true))
     return;
   logf(LogLevel::Error,
        "kernel %s: a resumed PTB launch has not started after 2 s; its stream may share a "

@@ -1490,18 +1490,14 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
     if (L.ArmSeq && !runsNarrow(L) && !observeBusy(nullptr) &&
         D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
       armFlag(L);
-    bool Stuck = false; // noteStuckResumption looked
     for (unsigned Spin = 0;; ++Spin) {
       if (C.Dead.load(std::memory_order_acquire))
         return; // destroyed behind the runtime's back: nothing to watch
       CUresult Q = D.cuEventQuery(L.End);
       if (Q != CUDA_ERROR_NOT_READY)
         return; // ended with every block done (or the context is gone)
-      if (!Stuck && L.Resumed && (Spin & 1023) == 1023 &&
-          Clock::now() - Watched > std::chrono::seconds(2)) {
-        Stuck = true;
-        noteStuckResumption(L);
-      }
+      if (L.Resumed && (Spin & 1023) == 1023 && Clock::now() - Watched > std::chrono::seconds(2))
+        noteStuckResumption(L); // (says it once a process)
       // Narrow beside HP only while every HP process is an MPS client (as
       // of the last look; one that is not makes a narrow launch leave).
       const bool Narrowed = runsNarrow(L);

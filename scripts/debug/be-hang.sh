@@ -62,22 +62,7 @@ for ((t = 1; t <= TRIES; ++t)); do
   if kill -0 "$be" 2>/dev/null; then
     hangs=$((hangs + 1))
     echo "try $t: BE $be still there 10 s after SIGTERM: dumping"
-    {
-      echo "== tally status"
-      "$TALLY" status --dir "$TALLY_SHM_DIR" 2>&1
-      # The process tree: tally run execs the program (or is its parent).
-      for p in $be $(pgrep -P "$be"); do
-        echo "== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)"
-        for task in /proc/"$p"/task/*; do
-          echo "$(basename "$task") $(awk '{print $3}' "$task/stat" 2>/dev/null)" \
-            "$(cat "$task/comm" 2>/dev/null) wchan=$(cat "$task/wchan" 2>/dev/null)"
-        done
-        if command -v gdb >/dev/null; then
-          timeout 60 gdb -p "$p" -batch -ex "thread apply all bt 30" 2>&1 | tail -200
-        fi
-      done
-      nvidia-smi 2>&1 | tail -15
-    } >"$d/dump.txt" 2>&1
+    scripts/debug/dump-stuck.sh "$TALLY" "$be" --dir "$TALLY_SHM_DIR" >"$d/dump.txt" 2>&1
     kill -9 "$be" $(pgrep -P "$be") 2>/dev/null
   fi
   wait "$be" 2>/dev/null
