@@ -60,6 +60,9 @@ cc -O1 -g -shared -fPIC scripts/debug/segv-backtrace.c -o $R/segv-backtrace.so
 # (lib/Runtime/BlockingCalls.def rests on it).
 nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/driver-lock-probe.cu -o $R/driver-lock-probe -lcuda
 nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/driver-call-costs.cu -o $R/driver-call-costs -lcuda
+# What a stream waiting at a gate holds up on other streams, and what a
+# code load does then (docs/runtime.md, Code loads).
+nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/gate-queues.cu -o $R/gate-queues -lcuda
 # What the stream operations around a PTB launch cost (scripts/debug/ptb-costs.sh).
 nvcc -std=c++17 -arch=sm_90a -O2 benchmarks/gpu/ptb-launch-costs.cu -o $R/ptb-launch-costs -lcuda
 # Co-location (scripts/gpu-colocate.sh): the HP service, the BE spinner

@@ -31,6 +31,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -472,16 +473,16 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
   bool Preemptible = Cfg.RandomPreemptions > 0 || (Scheduled && !Unwatched);
   if (Preemptible && Cfg.WorkQueuesAsked == 1) {
     // One hardware work queue for every stream (CUDA_DEVICE_MAX_CONNECTIONS
-    // =1, as Megatron-LM sets it): a resumption would wait behind this
-    // stream's gate for ever. The original runs instead (held for HP as
-    // one that cannot be stopped).
+    // =1, as Megatron-LM sets it): with fewer than 32, resumptions were
+    // seen never to start (Config::WorkQueues); at 1 not tried, so the
+    // original runs instead (held for HP as one that cannot be stopped).
     static std::atomic<bool> Said{false};
     if (!Said.exchange(true))
       logf(LogLevel::Warn,
            "CUDA_DEVICE_MAX_CONNECTIONS=1: every stream shares one hardware work queue, where "
-           "a preempted launch's resumption would wait behind its own stream's gate; kernels "
-           "that would run as preemptible PTB launches run as their originals (not "
-           "preemptible). Set it to %d or more for preemption",
+           "a preempted launch's resumption may never start (seen with 2); kernels that would "
+           "run as preemptible PTB launches run as their originals (not preemptible). Set it "
+           "to %d or more for preemption",
            Config::WorkQueues);
     return false;
   }
@@ -597,6 +598,94 @@ void Runtime::Impl::deferred(PtbLaunch &L) {
        L.K->Name.c_str());
 }
 
+void Runtime::Impl::loadEarly(KernelEntry &K, CUfunction F) {
+  if (!D.cuFuncLoad)
+    return; // (its first launch loads it: a stall beside a stopped launch can happen)
+  ContextState *C = context();
+  bool Loaded = false;
+  for (CUfunction Fn : {F, K.SliceFn, K.PtbFn}) {
+    if (!Fn)
+      continue;
+    const bool Variant = Fn != F;
+    // A library's kernel is loaded per context, through its function here.
+    if (K.IsLibraryKernel &&
+        (!D.cuKernelGetFunction ||
+         D.cuKernelGetFunction(&Fn, reinterpret_cast<CUkernel>(Fn)) != CUDA_SUCCESS)) {
+      if (Variant)
+        K.Disabled = true; // (below)
+      continue;
+    }
+    CUfunctionLoadingState St = CU_FUNCTION_LOADING_STATE_UNLOADED;
+    if (D.cuFuncIsLoaded && D.cuFuncIsLoaded(&St, Fn) == CUDA_SUCCESS &&
+        St == CU_FUNCTION_LOADING_STATE_LOADED)
+      continue; // (eager loading, or loaded before: no stall)
+    if (D.cuFuncLoad(Fn) == CUDA_SUCCESS)
+      Loaded = true;
+    else if (Variant)
+      K.Disabled = true; // its first launch would load it unguarded: not used
+    // (The program's own kernel failing to load is left to its launch.)
+  }
+  if (K.Disabled.load(std::memory_order_relaxed))
+    warnOnce(K, "its variants could not be loaded ahead of their first launch");
+  if (Loaded)
+    LoadedEarly.fetch_add(1, std::memory_order_relaxed);
+  // Marked even when nothing was loaded here: looking the kernel and its
+  // variants up (resolve) may have loaded them (with lazy loading
+  // cuModuleGetFunction does). Where nothing was loaded, the mark
+  // completes at once.
+  if (!C)
+    return;
+  CUevent E = acquireEvent(*C, false);
+  if (!E)
+    return;
+  if (D.cuEventRecord(E, C->Meta) != CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> G(C->Mu);
+    C->FreeEvents.push_back(E);
+    return;
+  }
+  // Only the newest mark of a context matters: the events on its one
+  // metadata stream complete in order.
+  CUevent Older = nullptr;
+  {
+    std::lock_guard<std::mutex> G(LoadMu);
+    auto It = std::find_if(LoadMarks.begin(), LoadMarks.end(),
+                           [&](const auto &M) { return M.first == C; });
+    if (It != LoadMarks.end()) {
+      Older = It->second;
+      It->second = E;
+    } else {
+      LoadMarks.push_back({C, E});
+    }
+    LoadMarksPending.store(LoadMarks.size(), std::memory_order_release);
+  }
+  if (Older) {
+    std::lock_guard<std::mutex> G(C->Mu);
+    C->FreeEvents.push_back(Older); // (recorded again when reused)
+  }
+}
+
+bool Runtime::Impl::loadsSettled() {
+  if (!LoadMarksPending.load(std::memory_order_acquire))
+    return true;
+  std::lock_guard<std::mutex> G(LoadMu);
+  for (size_t I = 0; I < LoadMarks.size();) {
+    auto [C, E] = LoadMarks[I];
+    // (An error, as at a context's end, counts as over.)
+    if (!C->Dead.load(std::memory_order_acquire) &&
+        D.cuEventQuery(E) == CUDA_ERROR_NOT_READY) {
+      ++I;
+      continue;
+    }
+    if (!C->Dead.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> CG(C->Mu);
+      C->FreeEvents.push_back(E);
+    }
+    LoadMarks.erase(LoadMarks.begin() + I);
+  }
+  LoadMarksPending.store(LoadMarks.size(), std::memory_order_release);
+  return LoadMarks.empty();
+}
+
 void Runtime::Impl::startPreemptor() {
   std::lock_guard<std::mutex> G(QMu);
   if (Preemptor.joinable() || Stopping)
@@ -632,23 +721,99 @@ void Runtime::Impl::preemptorLoop() {
   }
 }
 
+bool Runtime::Impl::readCtrl(const PtbLaunch &L, uint32_t Out[3], unsigned Ms) {
+  ContextState &C = *L.C;
+  uint32_t *Into = C.DoneWord ? C.DoneWord + 4 : nullptr;
+  if (!Into || !D.cuStreamCreateWithPriority ||
+      (!C.Peek && D.cuStreamCreateWithPriority(&C.Peek, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS))
+    return false;
+  // Landed when no word holds the mark any more (no count reaches it: a
+  // grid has fewer blocks; the flag is 0 or 1). Polled, not waited for by
+  // an event: an event may be what is held up.
+  for (int I = 0; I < 3; ++I)
+    __atomic_store_n(Into + I, ~0u, __ATOMIC_RELAXED);
+  if (D.cuMemcpyDtoHAsync(Into, L.Ctrl, 12, C.Peek) != CUDA_SUCCESS)
+    return false;
+  const auto Until = Clock::now() + std::chrono::milliseconds(Ms);
+  for (;;) {
+    bool Landed = true;
+    for (int I = 0; I < 3; ++I)
+      Landed &= __atomic_load_n(Into + I, __ATOMIC_ACQUIRE) != ~0u;
+    if (Landed)
+      break;
+    if (Clock::now() >= Until)
+      return false; // (a late copy lands on the spare room only)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  for (int I = 0; I < 3; ++I)
+    Out[I] = __atomic_load_n(Into + I, __ATOMIC_ACQUIRE);
+  return true;
+}
+
 void Runtime::Impl::noteStuckResumption(const PtbLaunch &L) {
-  // A resumption whose Start (recorded on the resume stream just before
-  // it) is not reached waits behind something on that stream's hardware
-  // queue: maybe the gate of the program's stream, which it alone can open
-  // (too few work queues: Config::WorkQueues), maybe long work of another
-  // stream sharing the queue. Said once, as an error.
+  // A resumption that makes no progress while the program's stream waits
+  // for it at the launch's gate: nothing goes on. Either its Start
+  // (recorded on the resume stream just before it) is not reached, or it
+  // is and its kernel runs no block: what the hangs with too few hardware
+  // work queues looked like (Config::WorkQueues). A kernel whose logical
+  // blocks are each longer than 2 s would read as stuck too. Said once, as
+  // an error.
   static std::atomic<bool> Said{false};
-  if (Said.load(std::memory_order_relaxed) || !L.Resumed || !L.Start ||
-      D.cuEventQuery(L.Start) != CUDA_ERROR_NOT_READY || Said.exchange(true))
+  if (Said.load(std::memory_order_relaxed) || !L.Resumed || !L.Start)
+    return;
+  const CUresult Q = D.cuEventQuery(L.Start);
+  bool Stuck = Q == CUDA_ERROR_NOT_READY;
+  const char *How = "has not started after 2 s";
+  const auto Now = Clock::now();
+  uint32_t W[3];
+  if (!Stuck && Q == CUDA_SUCCESS &&
+      (L.SeenAt == Clock::time_point{} || Now - L.SeenAt >= std::chrono::seconds(1)) &&
+      readCtrl(L, W, 50)) {
+    // Its counts against the last read's, at least 2 s before.
+    if (L.SeenAt == Clock::time_point{} || W[0] != L.SeenNext || W[2] != L.SeenDone) {
+      L.SeenNext = W[0];
+      L.SeenDone = W[2];
+      L.SeenAt = Now;
+    } else if (Now - L.SeenAt >= std::chrono::seconds(2) && W[2] < L.Blocks) {
+      Stuck = true;
+      How = "has run no block for 2 s";
+    }
+  }
+  if (!Stuck || Said.exchange(true))
     return;
   logf(LogLevel::Error,
-       "kernel %s: a resumed PTB launch has not started after 2 s; its stream may share a "
-       "hardware work queue with the program's stream, which waits for it at the launch's "
-       "gate: then neither can go on, and the program waits for ever. Run best-effort "
-       "processes with CUDA_DEVICE_MAX_CONNECTIONS=%d (`tally run` sets it unless it is set; "
-       "under MPS the driver may give a client fewer queues than asked)",
-       L.K->Name.c_str(), Config::WorkQueues);
+       "kernel %s: a resumed PTB launch %s, and the program's stream waits for it at the "
+       "launch's gate: the program may wait for ever. On an H200 under MPS this happened with "
+       "fewer than %d hardware work queues (why is not known): run best-effort processes with "
+       "CUDA_DEVICE_MAX_CONNECTIONS=%d (`tally run` sets it unless it is set)",
+       L.K->Name.c_str(), How, Config::WorkQueues, Config::WorkQueues);
+}
+
+void Runtime::Impl::describeStuck(const PtbLaunch &L, const char *What) {
+  static std::atomic<bool> Said{false};
+  if (Cfg.Level < LogLevel::Debug || Said.exchange(true))
+    return;
+  auto State = [&](CUevent E) -> const char * {
+    if (!E)
+      return "none";
+    CUresult R = D.cuEventQuery(E);
+    return R == CUDA_SUCCESS ? "done" : R == CUDA_ERROR_NOT_READY ? "pending" : "error";
+  };
+  logf(LogLevel::Debug,
+       "kernel %s: stuck waiting for its %s: events start %s, end %s, gate %s, flag %s (an "
+       "event never recorded reads as done); %s, %u workers (narrow %u, wide %u) for %u "
+       "blocks; arm seq %u (queued %d, write %d, word %u)",
+       L.K->Name.c_str(), What, State(L.Start), State(L.End), State(L.Gate), State(L.Flag),
+       L.Resumed ? "resumed" : "never resumed", L.Workers, L.Narrow, L.Wide, L.Blocks, L.ArmSeq,
+       int(L.ArmQueued), int(L.ArmWrite),
+       L.Arm.Host ? __atomic_load_n(L.Arm.Host, __ATOMIC_ACQUIRE) : 0u);
+  uint32_t W[3];
+  if (readCtrl(L, W, 200))
+    logf(LogLevel::Debug, "kernel %s: control block next %u, flag %u, done %u",
+         L.K->Name.c_str(), W[0], W[1], W[2]);
+  else
+    logf(LogLevel::Debug, "kernel %s: its control block could not be read within 200 ms",
+         L.K->Name.c_str());
 }
 
 /// Polls \p E until it completes; false when the driver reports an error
@@ -666,12 +831,15 @@ bool Runtime::Impl::waitEvent(CUevent E, const PtbLaunch *L, const char *What) {
       return false;
     if (Spin > 2000) {
       std::this_thread::sleep_for(std::chrono::microseconds(20));
-      if (L && !Reported && (Spin & 255) == 0 && Clock::now() - Began > std::chrono::seconds(2)) {
+      if (L && (Spin & 255) == 0 && Clock::now() - Began > std::chrono::seconds(2)) {
         // For finding hangs (docs/runtime.md): what the preemptor waits for.
+        if (!Reported) {
+          logf(LogLevel::Debug, "kernel %s: waiting for its %s for more than 2 s",
+               L->K->Name.c_str(), What);
+          describeStuck(*L, What);
+        }
         Reported = true;
-        logf(LogLevel::Debug, "kernel %s: waiting for its %s for more than 2 s", L->K->Name.c_str(),
-             What);
-        noteStuckResumption(*L);
+        noteStuckResumption(*L); // (a read of its counts at most once a second)
       }
       if ((Spin & 255) == 0 && Shut.load(std::memory_order_relaxed)) {
         if (Deadline == Clock::time_point{})
@@ -763,6 +931,10 @@ void Runtime::Impl::handle(PtbLaunch &L) {
     if (!Excl.owns_lock()) {
       deferred(L);
       break; // it completes on its own
+    }
+    if (!loadsSettled()) {
+      LoadDeferred.fetch_add(1, std::memory_order_relaxed);
+      break; // a code load's stall is not over (loadEarly): it completes on its own
     }
     auto Raised = Clock::now();
     if (AtBlock && (D.cuStreamWaitEvent(C.Signal, L.Start, 0) != CUDA_SUCCESS ||

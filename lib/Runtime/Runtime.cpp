@@ -438,6 +438,8 @@ KernelEntry *Runtime::Impl::lookup(CUfunction F) {
       // read waits for its copy.
       std::shared_lock<std::shared_mutex> Mark(Drain);
       resolve(*New, F);
+      if (preempts())
+        loadEarly(*New, F);
     }
     if (!New->WhyNoVariants.empty())
       logf(LogLevel::Debug, "kernel %s has no variants: %s", New->Name.c_str(),

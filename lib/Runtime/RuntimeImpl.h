@@ -110,6 +110,13 @@ struct ModuleEntry {
   std::atomic<bool> Warned{false};
 };
 
+/// A pause in a spin on memory.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 /// A word of pinned host memory that the GPU reads (Config::ArmedFlag).
 struct ArmWord {
   uint32_t *Host = nullptr;
@@ -153,6 +160,10 @@ struct PtbLaunch {
   bool Lost = false;
   /// Relaunched at least once (on the context's resume stream).
   bool Resumed = false;
+  /// noteStuckResumption's last read of the control block: its next and
+  /// done counts, and when (0: none yet).
+  mutable uint32_t SeenNext = 0, SeenDone = 0;
+  mutable std::chrono::steady_clock::time_point SeenAt{};
   /// Its launch failed after a clear of its control block was queued on
   /// the program's stream, which may still land: the block is never reused
   /// (its events and word are).
@@ -233,8 +244,11 @@ struct ContextState {
   std::mutex StagingMu;
   char *Staging = nullptr;
   size_t StagingBytes = 0;
-  /// The preemptor's pinned word for reading a launch's done count.
+  /// The preemptor's pinned word for reading a launch's done count (64
+  /// bytes; bytes 16-27 take readCtrl's copies).
   uint32_t *DoneWord = nullptr;
+  /// readCtrl's stream (made at its first read; non-blocking).
+  CUstream Peek = nullptr;
   std::mutex Mu;
   /// Control blocks (CtrlSlab; under Mu): every slab, and the one being
   /// handed out.
@@ -578,6 +592,32 @@ struct Runtime::Impl {
   /// Preemptions not made because a program thread was in such a call.
   std::atomic<uint64_t> Deferred{0};
 
+  /// Loading a kernel's code stalls every later operation of the context
+  /// until the GPU work queued before it has ended (H200, driver 580,
+  /// benchmarks/gpu/gate-queues.cu): a load made while a launch stopped for
+  /// HP waits at its gate would stall its resumption for ever, and one made
+  /// while a launch runs would do the same if a flag already queued
+  /// (armed) stopped it. So a process that preempts loads each kernel and
+  /// its variants when it first sees it (lookup, under the drain lock:
+  /// never between a flag and its resumption), behind which an event on
+  /// the context's metadata stream completes once the load's stall is
+  /// over; no flag goes up while such an event is pending (loadsSettled).
+  void loadEarly(KernelEntry &K, CUfunction F);
+  /// The loads' events have all completed (those that have are given back).
+  bool loadsSettled();
+  std::mutex LoadMu;
+  std::vector<std::pair<ContextState *, CUevent>> LoadMarks; ///< under LoadMu
+  std::atomic<size_t> LoadMarksPending{0};
+  /// Kernels loaded early (a kernel and its variants counting once), and
+  /// preemptions put off because a load's stall was not over.
+  std::atomic<uint64_t> LoadedEarly{0}, LoadDeferred{0};
+  /// This process stops launches (the scheduler of a BE process, or random
+  /// preemption): it has gates that a load could stall.
+  bool preempts() const {
+    return PtbUsable && (Cfg.RandomPreemptions ||
+                         (Cfg.Schedule && Cfg.Prio != Priority::High));
+  }
+
   std::mutex TMu;
   std::deque<TimedLaunch> Timed;
 
@@ -665,9 +705,19 @@ struct Runtime::Impl {
   /// Relaunches a preempted \p L (three tries); failing that, releases its
   /// stream with an error and returns false.
   bool resumeOrRelease(PtbLaunch &L, uint32_t Done, bool Resumption = true);
-  /// Called after 2 s of waiting for \p L: an error (once) when it was
-  /// resumed and its resumption has not started (Config::WorkQueues).
+  /// Called after 2 s of waiting for \p L (again every so often): an error
+  /// (once a process) when it was resumed and its resumption has not
+  /// started, or its kernel has run no block for 2 s (Config::WorkQueues).
   void noteStuckResumption(const PtbLaunch &L);
+  /// Reads \p L's control block (next, flag, done) on a stream of its own
+  /// (the runtime's may be the ones held up) into the pinned word's spare
+  /// room; false when the copy cannot be queued or has not landed within
+  /// \p Ms milliseconds. The preemptor thread only.
+  bool readCtrl(const PtbLaunch &L, uint32_t Out[3], unsigned Ms);
+  /// Called after 2 s of waiting for \p L's \p What: at the debug level,
+  /// once a process, the state of its events, flag word and control block
+  /// (read on a stream of its own), for finding what a hang waits for.
+  void describeStuck(const PtbLaunch &L, const char *What);
   void waitForOwner(void *Owner);
   void waitForContext(const ContextState *C);
   void stopPreemptor();

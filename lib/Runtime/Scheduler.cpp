@@ -70,11 +70,6 @@ bool mpsRunning() {
   return ::stat(P.c_str(), &St) == 0 && (S_ISSOCK(St.st_mode) || S_ISFIFO(St.st_mode));
 }
 
-void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 } // namespace
 
 void Runtime::Impl::coordinate(ContextState &C) {
@@ -160,25 +155,24 @@ void Runtime::Impl::coordinate(ContextState &C) {
       logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
                            "waits for the BE context's time slice (hundreds of microseconds); "
                            "'tally mps start' runs MPS");
-    // Config::WorkQueues: with too few hardware work queues a resumption
-    // may share one with the gate of the program's stream and wait behind
-    // it (at 1 it always does: Launcher.cpp runs originals then, and says
-    // so at the first launch).
+    // Config::WorkQueues: with too few hardware work queues resumptions
+    // were seen never to start (why is not known; at 1 Launcher.cpp runs
+    // originals instead of preemptible launches, and says so).
     if (Cfg.Prio != Priority::High) {
       const int Q = Cfg.WorkQueuesAsked;
       if (Q > 1 && Q < Config::WorkQueues)
         logf(LogLevel::Warn,
-             "CUDA_DEVICE_MAX_CONNECTIONS is %d: with fewer than %d hardware work queues a "
-             "preempted launch's resumption may share one with the program's stream and wait "
-             "behind its gate for ever; %d (what `tally run` sets when it is unset) makes that "
-             "unlikely",
+             "CUDA_DEVICE_MAX_CONNECTIONS is %d: with fewer than %d hardware work queues, "
+             "preempted launches' resumptions were seen never to start on an H200 under MPS "
+             "(the program then waits at the launch's gate for ever; why is not known); %d "
+             "(what `tally run` sets when it is unset) avoided it",
              Q, Config::WorkQueues, Config::WorkQueues);
       else if (Q == 0 && Co.Mps)
         logf(LogLevel::Warn,
-             "CUDA_DEVICE_MAX_CONNECTIONS is not set: under MPS this client may get few "
-             "hardware work queues, and a preempted launch's resumption may then wait behind "
-             "the gate on the program's stream for ever; set it to %d before the program "
-             "starts (`tally run` does)",
+             "CUDA_DEVICE_MAX_CONNECTIONS is not set: under MPS with the driver's default "
+             "hardware work queues, preempted launches' resumptions were seen never to start "
+             "(the program then waits at the launch's gate for ever; why is not known); set it "
+             "to %d before the program starts (`tally run` does)",
              Config::WorkQueues);
     }
     if (Cfg.Prio == Priority::High) {
@@ -1491,13 +1485,16 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
         D.cuEventQuery(L.End) == CUDA_ERROR_NOT_READY)
       armFlag(L);
     for (unsigned Spin = 0;; ++Spin) {
+      bool LoadWait = false; // a code load's stall puts the flag off (below)
       if (C.Dead.load(std::memory_order_acquire))
         return; // destroyed behind the runtime's back: nothing to watch
       CUresult Q = D.cuEventQuery(L.End);
       if (Q != CUDA_ERROR_NOT_READY)
         return; // ended with every block done (or the context is gone)
-      if (L.Resumed && (Spin & 1023) == 1023 && Clock::now() - Watched > std::chrono::seconds(2))
+      if (L.Resumed && (Spin & 1023) == 1023 && Clock::now() - Watched > std::chrono::seconds(2)) {
         noteStuckResumption(L); // (says it once a process)
+        describeStuck(L, "end (watched)");
+      }
       // Narrow beside HP only while every HP process is an MPS client (as
       // of the last look; one that is not makes a narrow launch leave).
       const bool Narrowed = runsNarrow(L);
@@ -1506,14 +1503,27 @@ void Runtime::Impl::scheduled(PtbLaunch &L) {
       Widening = Narrowed && Widen && L.Workers < L.Wide &&
                  (!L.QueuedNarrow || Clock::now() - Watched >= OwnWindow);
       if ((Busy && !Narrowed) || Widening) {
-        if (Excl.try_lock())
-          break;
-        if (!Counted && !Widening)
-          deferred(L);
+        // Not while a code load's stall is pending (loadEarly): the
+        // resumption would be stalled behind it, and the stall behind the
+        // launch's gate. (Looked at with the lock held: a load is made
+        // under the drain lock, its event listed before it is let go.)
+        LoadWait = !loadsSettled(); // (first without the lock: no hot loop on it)
+        if (!LoadWait && Excl.try_lock()) {
+          if (loadsSettled())
+            break;
+          Excl.unlock();
+          LoadWait = true;
+        }
+        if (!Counted && !Widening) {
+          if (LoadWait)
+            LoadDeferred.fetch_add(1, std::memory_order_relaxed);
+          else
+            deferred(L);
+        }
         Counted = true;
       }
-      if (Narrowed && Busy)
-        std::this_thread::sleep_for(std::chrono::microseconds(20)); // only a widen can come
+      if ((Narrowed && Busy) || LoadWait) // (only a widen can come; the stall lasts)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
       else if ((Spin & 255) == 255)
         std::this_thread::yield();
       else

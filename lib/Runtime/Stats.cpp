@@ -194,6 +194,12 @@ void Runtime::Impl::writeStats() {
                  "may wait for the kernel holding the driver's lock (a synchronous copy, a "
                  "free)\n",
                  (unsigned long long)N);
+  if (uint64_t N = LoadDeferred.load())
+    std::fprintf(E,
+                 "tally: %llu preemptions put off: a kernel's code had just been loaded, which "
+                 "stalls the context's later work until its earlier work ended (%llu kernels "
+                 "loaded when first seen)\n",
+                 (unsigned long long)N, (unsigned long long)LoadedEarly.load());
   uint64_t Hits = 0, Misses = 0;
   std::vector<double> Costs; // each decision's cost over the original
   size_t WithinTarget = 0, Over5 = 0;
@@ -453,6 +459,8 @@ void Runtime::Impl::writeStats() {
                PctOf(SigLat, 0.99), SigLat.empty() ? 0.0 : SigLat.back(), DevLat.size(),
                PctOf(DevLat, 0.5), PctOf(DevLat, 0.99), DevLat.empty() ? 0.0 : DevLat.back(),
                (unsigned long long)Deferred.load());
+  std::fprintf(J, "\n  \"kernels_loaded_early\": %llu,\n  \"preemptions_deferred_by_code_loads\": %llu,",
+               (unsigned long long)LoadedEarly.load(), (unsigned long long)LoadDeferred.load());
   std::fprintf(J,
                "\n  \"runtime_ptx\": {\"modules\": %llu, \"transformed\": %llu, "
                "\"from_cache\": %llu, \"cached_ms\": %.3f, \"made_ms\": %.3f, "

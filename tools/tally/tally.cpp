@@ -708,13 +708,12 @@ int main(int Argc, char **Argv) {
   // preempts BE kernels; this only orders the blocks both have waiting.
   if (Priority == "best-effort" && !NoMpsPriority && !std::getenv("CUDA_MPS_CLIENT_PRIORITY"))
     setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 1);
-  // Hardware work queues: a preempted launch's stream waits at its gate on
-  // the GPU while the runtime resumes it on a stream of its own; where both
-  // streams share one queue, the resumption waits behind the gate for ever.
-  // Under MPS the driver gives a client few queues unless asked (be-spin
-  // beside hp-serve with every PTB launch leaving for HP hung in 4 of 6 runs
-  // on an H200, none of 2 with 32; 2026-11-28). A value the user set is
-  // kept (the runtime warns below 32, and at 1 runs originals instead of
+  // Hardware work queues: with fewer than 32, preempted launches'
+  // resumptions were seen never to start under MPS (be-spin beside
+  // hp-serve with every PTB launch leaving for HP hung in 4 of 6 runs with
+  // the default on an H200, 9 of 9 with 2, none of 4 with 32; 2026-11-28;
+  // why is not known: Config::WorkQueues). A value the user set is kept
+  // (the runtime warns below 32, and at 1 runs originals instead of
   // preemptible PTB launches).
   if (const char *Q = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
       Priority == "best-effort" && (!Q || !*Q))

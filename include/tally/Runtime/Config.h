@@ -151,12 +151,16 @@ struct Config {
   /// 10 us blocks 3 % higher).
   static constexpr uint64_t MpsQueueUs = 1000;
   /// The hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) `tally run`
-  /// asks for in a best-effort process where the variable is not set: a
-  /// preempted launch's stream waits at its gate on the GPU while its
-  /// resumption runs on an internal stream, which must not share the
-  /// stream's queue (the resumption would wait behind the gate for ever).
-  /// Under MPS the driver gives a client few queues unless asked. The most
-  /// the driver takes.
+  /// asks for in a best-effort process where the variable is not set. On
+  /// an H200 under MPS, be-spin with every PTB launch leaving for HP hung
+  /// in every run with 2 queues (9 of 9) and in 4 of 6 with the default,
+  /// none of 4 with 32: a resumption's kernel never started (the event
+  /// before it on its stream completed, and so did a write there), nor did
+  /// the flag's write on the signal stream. Why is not known: a stream
+  /// waiting at a gate held up no other stream's writes or kernels with 2,
+  /// 8 or 32 queues, with or without MPS (benchmarks/gpu/gate-queues.cu,
+  /// 2026-11-28), and neither eager module loading nor the armed flag's
+  /// absence changed the hang. The most the driver takes.
   static constexpr int WorkQueues = 32;
   /// CUDA_DEVICE_MAX_CONNECTIONS as the process was started with (0: not
   /// set, or not a whole number). At 1 every stream shares one queue, so a

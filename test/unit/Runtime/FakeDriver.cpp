@@ -22,6 +22,14 @@
 //    A copy that would wait forever (a stopped launch nobody can resume)
 //    gives up after 2 s, logging "copy TIMED OUT", so a test fails instead
 //    of hanging;
+//  * loading a kernel's code (cuFuncLoad, or its first launch: lazy
+//    loading) stalls the GPU's later work until its earlier work ended (as
+//    measured: benchmarks/gpu/gate-queues.cu); one made while a PTB launch
+//    is stopped and not yet relaunched would stall its resumption for ever,
+//    and is logged "LOAD-UNDER-STOP NAME" (a test's failure). The next
+//    event a thread records after its cuFuncLoad completes once the PTB
+//    launches running at the load have ended (and not while
+//    fake_hold_load_marks(1)), whatever else is held;
 //  * every call is logged ("launch NAME grid=.. block=.. stream=S..",
 //    "waitvalue ...") for the tests to read.
 //
@@ -65,6 +73,7 @@ struct FKernel {
   std::vector<std::pair<size_t, size_t>> Params;
   // Variants: where the extra parameters are (byte offsets).
   size_t SliceOffsetAt = 0, GridAt = 0, CtrlAt = 0, ChunkAt = 0;
+  bool Loaded = false; ///< its code loaded (cuFuncLoad or a first launch)
 };
 
 struct FModule {
@@ -80,6 +89,10 @@ struct PendingPtb {
   unsigned Workers;
   CUstream Stream;
   bool Open = true;
+  /// Relaunched since (a later launch with the same control block).
+  bool Superseded = false;
+  /// Ended with every block done (not stopped).
+  bool Completed = false;
 };
 
 struct FEvent {
@@ -153,6 +166,10 @@ struct State {
   /// logged as "DEAD ...".
   std::set<uintptr_t> Created, Dead;
   int NextStream = 1, NextEvent = 1;
+  /// Events recorded right after a cuFuncLoad by the same thread, each with
+  /// the PTB launches running when the load was made: it completes once
+  /// they have ended (and fake_hold_load_marks is off).
+  std::map<CUevent, std::vector<size_t>> LoadMarks;
   bool FailVariantLaunch = false;
   /// The next this many memsets of a whole slab (256 words) fail
   /// (fake_fail_slab_memsets).
@@ -167,6 +184,15 @@ State &S() {
   static State *St = new State();
   return *St;
 }
+
+/// fake_hold_load_marks.
+std::atomic<int> HoldLoadMarks{0};
+/// This thread's last cuFuncLoad: the next event it records marks it, with
+/// the PTB launches running then.
+thread_local bool MarkNext = false;
+thread_local std::vector<size_t> MarkOpen;
+/// fake_stall_ptb.
+std::atomic<int> StallPtb{0};
 
 /// The driver's lock (see the top); taken before S().Mu.
 std::mutex &driverLock() {
@@ -271,6 +297,41 @@ bool isHostMem(CUdeviceptr A) {
   return false;
 }
 
+/// A PTB launch's end: stopped (flag up) or with every block done.
+void closePtb(PendingPtb &P) {
+  P.Open = false;
+  P.Completed = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt))[2] >= gridBlocks(P);
+}
+
+/// A PTB launch stopped and not relaunched: its gate waits for a resumption
+/// not yet queued.
+bool stoppedLaunch() {
+  for (const PendingPtb &P : S().Pending)
+    if (!P.Open && !P.Completed && !P.Superseded)
+      return true;
+  return false;
+}
+
+/// \p K's code being loaded now (\p How: "funcload" or "launch").
+void loadCode(FKernel *K, const char *How) {
+  if (K->Loaded)
+    return;
+  K->Loaded = true;
+  if (stoppedLaunch()) {
+    log("LOAD-UNDER-STOP " + K->Name + " (" + How + ")");
+    std::fprintf(stderr, "fake driver: LOAD-UNDER-STOP %s (%s)\n", K->Name.c_str(), How);
+  }
+  // (A variant's name is not logged: tests look for it in launch lines.)
+  log(std::string("load ") + (K->K == Kind::Original ? K->Name : "(a variant)") + " by " + How);
+  if (!std::strcmp(How, "funcload")) {
+    MarkNext = true;
+    MarkOpen.clear();
+    for (size_t I = 0; I < S().Pending.size(); ++I)
+      if (S().Pending[I].Open)
+        MarkOpen.push_back(I);
+  }
+}
+
 /// A 32-bit stream write landing. \p Deferred: it was held behind a wait;
 /// a flag that then lands on a launch already ended is logged as
 /// "lateflag" (the armed flag's write, released when its launch ended).
@@ -290,7 +351,7 @@ void writeValue32Now(CUstream St, CUdeviceptr Addr, uint32_t V, bool Deferred) {
   for (PendingPtb &P : S().Pending)
     if (P.Open && V && rd64(P.Params, P.K->CtrlAt) + 4 == Addr) {
       runPtb(P, S().BlocksBeforeFlag);
-      P.Open = false;
+      closePtb(P);
     }
 }
 
@@ -351,7 +412,7 @@ void finishPending(CUstream St, bool Any) {
     uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
     if (!Ctrl[1])
       runPtb(P, UINT64_MAX);
-    P.Open = false;
+    closePtb(P);
   }
   pump();
 }
@@ -402,6 +463,7 @@ CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsig
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   }
   S().ClearBeforeLaunch.erase(St);
+  loadCode(K, "launch");
   std::vector<unsigned char> B = packParams(K, Params, Extra);
   checkLive(St, "stream in launch");
   log(std::string(Entry) + " " + K->Name + " grid=" + std::to_string(Gx) + "x" +
@@ -428,6 +490,9 @@ CUresult launch(const char *Entry, CUfunction F, unsigned Gx, unsigned Gy, unsig
       if (Ctrl >= Lo && Ctrl < Hi)
         log("POISONED control block: a memset that cannot be ordered before this launch may "
             "land on it");
+    for (PendingPtb &P : S().Pending)
+      if (rd64(P.Params, P.K->CtrlAt) == Ctrl)
+        P.Superseded = true; // relaunched (or the block reused)
     S().Pending.push_back({K, B, Gx, St, true});
     break;
   }
@@ -860,6 +925,12 @@ FAKE CUresult cuEventRecord(CUevent E, CUstream St) {
     return CUDA_ERROR_UNKNOWN;
   }
   S().LastMemset.erase(St);
+  if (MarkNext) {
+    MarkNext = false;
+    S().LoadMarks[E] = MarkOpen;
+  } else {
+    S().LoadMarks.erase(E);
+  }
   pump();
   if (S().Blocked.count(St)) {
     S().Events[E] = {St, 0, 0, 0, true};
@@ -887,6 +958,15 @@ FAKE CUresult cuEventQuery(CUevent E) {
   pump();
   if (S().Events[E].Deferred)
     return CUDA_ERROR_NOT_READY; // behind a wait not yet released
+  if (auto M = S().LoadMarks.find(E); M != S().LoadMarks.end()) {
+    // Behind a load: its stall alone (what else the fake holds aside).
+    if (HoldLoadMarks.load())
+      return CUDA_ERROR_NOT_READY;
+    for (size_t I : M->second)
+      if (S().Pending[I].Open)
+        return CUDA_ERROR_NOT_READY;
+    return CUDA_SUCCESS;
+  }
   if (holdEvents())
     return CUDA_ERROR_NOT_READY;
   if (S().Events[E].SlowLeft > 0) {
@@ -894,11 +974,10 @@ FAKE CUresult cuEventQuery(CUevent E) {
     return CUDA_ERROR_NOT_READY; // work that takes a while
   }
   FEvent Ev = S().Events[E];
-  if (holdPtb())
+  if (const int Hold = holdPtb() ? holdPtb() : StallPtb.load() ? 1 : 0)
     for (size_t I = 0; I < Ev.Pending && I < S().Pending.size(); ++I) {
       PendingPtb &P = S().Pending[I];
-      if (P.Open && P.Stream == Ev.Stream &&
-          (holdPtb() == 1 || P.Workers == unsigned(holdPtb())) &&
+      if (P.Open && P.Stream == Ev.Stream && (Hold == 1 || P.Workers == unsigned(Hold)) &&
           !reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt))[1])
         return CUDA_ERROR_NOT_READY; // a long PTB launch: still running
     }
@@ -909,7 +988,7 @@ FAKE CUresult cuEventQuery(CUevent E) {
     uint32_t *Ctrl = reinterpret_cast<uint32_t *>(rd64(P.Params, P.K->CtrlAt));
     if (!Ctrl[1])
       runPtb(P, UINT64_MAX);
-    P.Open = false;
+    closePtb(P);
   }
   landMemsets(Ev.Stream, false, Ev.Memsets);
   pump();
@@ -964,10 +1043,20 @@ FAKE CUresult cuMemsetD32Async(CUdeviceptr P, unsigned V, size_t N, CUstream St)
   log("memset stream=" + streamName(St) + " words=" + std::to_string(N));
   return CUDA_SUCCESS;
 }
+/// On (1): PTB launches run until their flag goes up, as with
+/// fake_hold_ptb(1), but make no progress: a read of a control block does
+/// not move its counts (with fake_hold_ptb a read of a running launch's
+/// block finds one more block done, as time would).
+FAKE void fake_stall_ptb(int On) { StallPtb = On; }
 FAKE CUresult cuMemcpyDtoHAsync_v2(void *Dst, CUdeviceptr Src, size_t N, CUstream St) {
   std::lock_guard<std::mutex> DL(driverLock());
   std::lock_guard<std::recursive_mutex> G(S().Mu);
   checkLive(St, "stream in copy");
+  if (!StallPtb.load())
+    for (PendingPtb &P : S().Pending)
+      if (P.Open && rd64(P.Params, P.K->CtrlAt) == Src &&
+          !reinterpret_cast<uint32_t *>(Src)[1])
+        runPtb(P, 1); // a running launch's block read later: one more done
   std::memcpy(Dst, reinterpret_cast<void *>(Src), N);
   return CUDA_SUCCESS;
 }
@@ -1048,6 +1137,30 @@ static bool RejectVariants = false;
 FAKE void fake_reject_variants(int On) { RejectVariants = On; }
 /// While on, no event has completed (cuEventQuery answers NOT_READY): work
 /// the runtime queued is "still running".
+/// Held (1): the first event recorded after each cuFuncLoad is not ready
+/// (the load's stall not over) until the hold ends (0).
+FAKE void fake_hold_load_marks(int On) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  HoldLoadMarks = On;
+}
+FAKE CUresult cuFuncIsLoaded(CUfunctionLoadingState *St, CUfunction F) {
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  FKernel *K = asKernel(F);
+  if (!K)
+    return CUDA_ERROR_INVALID_HANDLE;
+  *St = K->Loaded ? CU_FUNCTION_LOADING_STATE_LOADED : CU_FUNCTION_LOADING_STATE_UNLOADED;
+  return CUDA_SUCCESS;
+}
+FAKE CUresult cuFuncLoad(CUfunction F) {
+  std::lock_guard<std::mutex> DL(driverLock());
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  FKernel *K = asKernel(F);
+  if (!K)
+    return CUDA_ERROR_INVALID_HANDLE;
+  log("funcload " + (K->K == Kind::Original ? K->Name : std::string("(a variant)")));
+  loadCode(K, "funcload");
+  return CUDA_SUCCESS;
+}
 static std::atomic<int> HoldEvents{0};
 FAKE void fake_hold_events(int On) { HoldEvents = On; }
 static int holdEvents() { return HoldEvents.load(); }

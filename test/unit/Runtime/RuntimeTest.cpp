@@ -53,6 +53,8 @@ size_t fake_log_count(const char *Prefix, const char *Sub);
 void fake_hold_events(int On);
 void fake_slow_events(int N);
 void fake_hold_ptb(int On);
+void fake_hold_load_marks(int On);
+void fake_stall_ptb(int On);
 void fake_launch_delay_us(unsigned Us);
 void fake_sync_delay_us(unsigned Us);
 void fake_queries_not_ready(int N);
@@ -1373,10 +1375,10 @@ TEST(ScheduleBlocking, ACopyWhileALaunchIsStoppedForHp) {
 
 /// A launch stopped for HP (launchStoppedForHp), resumed once HP's request
 /// \p Seq ends, with \p Hold(1) called just before (what the fake holds
-/// from the resumption on), and watched for 2.6 s (past the 2 s after which
-/// a resumption that has not started is reported); then \p Hold(0), and
-/// every block must have run once.
-void resumeHeldFor2600Ms(const char *Name, void (*Hold)(int)) {
+/// from the resumption on), and watched for \p Ms (2600: past the 2 s
+/// after which a resumption that has not started is reported); then
+/// \p Hold(0), and every block must have run once.
+void resumeHeldFor(const char *Name, void (*Hold)(int), int Ms = 2600) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module M(Name);
@@ -1393,7 +1395,7 @@ void resumeHeldFor2600Ms(const char *Name, void (*Hold)(int)) {
     Resumed = fake_log_count("writevalue", " value=0") > Cleared;
   }
   EXPECT_TRUE(Resumed) << "HP went idle but the launch was not resumed";
-  beAlive(*Hp, 2600);
+  beAlive(*Hp, Ms);
   Hold(0);
   fake_sync();
   expectEachBlockOnce(Out);
@@ -1406,14 +1408,22 @@ void resumeHeldFor2600Ms(const char *Name, void (*Hold)(int)) {
 // entry looks for the message); once the events go, the launch ends with
 // every block run once.
 TEST(ScheduleStuck, AResumptionThatNeverStartsIsReported) {
-  resumeHeldFor2600Ms("be_stuck", fake_hold_events);
+  resumeHeldFor("be_stuck", fake_hold_events);
 }
 
-// The same with a resumption that has started and runs on for 2.6 s (the
-// fake holds PTB launches running): not reported (its own ctest entry
-// fails on the message).
+// The same with a resumption that has started and runs on for 4.6 s (the
+// fake holds PTB launches running; each read of its control block finds
+// one more block done): not reported (its own ctest entry fails on the
+// message).
+TEST(ScheduleStalledResumption, AResumptionThatRunsNoBlockIsReported) {
+  // Its start reached, its kernel running no block (what the hangs with
+  // too few hardware work queues looked like): reported once its counts
+  // stood still for 2 s (its own ctest entry looks for the message).
+  resumeHeldFor("be_stall", fake_stall_ptb, 4600);
+}
+
 TEST(ScheduleLongResumption, ARunningResumptionIsNotReported) {
-  resumeHeldFor2600Ms("be_long", fake_hold_ptb);
+  resumeHeldFor("be_long", fake_hold_ptb, 4600);
 }
 
 // CUDA_DEVICE_MAX_CONNECTIONS=1 (its own ctest entry, TALLY_FORCE=ptb with
@@ -1443,6 +1453,97 @@ template <typename F> bool within(int Ms, F Cond) {
   for (int I = 0; I < Ms && !Cond(); ++I)
     usleep(1000);
   return Cond();
+}
+
+// Loading a kernel's code stalls the GPU's later work until its earlier
+// work ended (benchmarks/gpu/gate-queues.cu): beside a launch stopped for HP,
+// whose gate waits for a resumption not yet queued, for ever. A preempting
+// process loads each kernel and its variants when it first sees it, under
+// the drain lock (TALLY_FORCE=ptb with scheduling, their own ctest entry).
+
+// The first launch of a kernel loads it and both variants (cuFuncLoad);
+// no form is loaded later by a launch of its own.
+TEST(ScheduleLoad, AKernelAndItsVariantsLoadWhenFirstSeen) {
+  Module M("be_load");
+  const size_t Own0 = fake_log_count("funcload be_load", ""),
+               Variants0 = fake_log_count("funcload (a variant)", "");
+  std::vector<int> Out(64);
+  ASSERT_EQ(launchDirect(M.K, Out, 64), CUDA_SUCCESS);
+  fake_sync();
+  expectEachBlockOnce(Out);
+  EXPECT_EQ(fake_log_count("funcload be_load", ""), Own0 + 1) << "the kernel was not loaded";
+  EXPECT_EQ(fake_log_count("funcload (a variant)", ""), Variants0 + 2)
+      << "its variants were not both loaded";
+  EXPECT_EQ(fake_log_count("load ", " by launch"), 0u) << "a form was loaded by its launch";
+}
+
+// A kernel first launched (from another thread) while a launch is stopped
+// for HP is neither loaded nor launched until the stopped launch's
+// resumption is queued (then nothing can stall it); every block of both
+// runs once. (The fake logs LOAD-UNDER-STOP, a failure, for a load made
+// while a launch is stopped.)
+TEST(ScheduleLoad, ANewKernelWaitsForAStoppedLaunchsResumption) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module A("be_loadstop"), B("be_loadnew");
+  std::vector<int> OutA(64), OutB(64);
+  uint64_t Seq = launchStoppedForHp(*Hp, A.K, OutA);
+  ASSERT_NE(Seq, 0u);
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(B.K, OutB, 64), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 200);
+  EXPECT_EQ(fake_log_count("funcload be_loadnew", ""), 0u)
+      << "a kernel was loaded while a launch was stopped";
+  EXPECT_FALSE(Returned.load());
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 2000, &Returned);
+  EXPECT_TRUE(Returned.load()) << "the new kernel's launch did not return once HP was idle";
+  T.join();
+  fake_sync();
+  expectEachBlockOnce(OutA);
+  expectEachBlockOnce(OutB);
+  EXPECT_EQ(fake_log_count("LOAD-UNDER-STOP", ""), 0u);
+  EXPECT_EQ(fake_log_count("funcload be_loadnew", ""), 1u);
+}
+
+// A kernel first seen while another launch runs is loaded at once, and
+// the load's stall lasts until that launch has ended (the fake's mark
+// completes then). An HP request arriving meanwhile stops nothing: the
+// resumption would be stalled behind the load, and the load behind the
+// launch's gate. Once the launch has ended, later launches go on; every
+// block of both kernels runs once, and the put-off preemption is counted
+// (the ctest entry looks for the statistics' line).
+TEST(ScheduleLoad, NoFlagGoesUpWhileALoadStalls) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module A("be_loadrun"), B("be_loadlate");
+  fake_set_blocks_before_flag(1);
+  auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
+  std::vector<int> OutA(64), OutB(64);
+  fake_hold_ptb(1); // launches run until their flag goes up
+  ASSERT_EQ(launchDirect(A.K, OutA, 64), CUDA_SUCCESS); // HP idle: wide, watched
+  std::atomic<bool> Returned{false};
+  std::thread T([&] {
+    EXPECT_EQ(launchDirect(B.K, OutB, 64), CUDA_SUCCESS);
+    Returned = true;
+  });
+  EXPECT_TRUE(within(1000, [] { return fake_log_count("funcload be_loadlate", "") > 0; }))
+      << "the new kernel was not loaded";
+  const size_t Raised0 = Raised();
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  beAlive(*Hp, 300);
+  EXPECT_EQ(Raised(), Raised0) << "a flag went up while a load's stall was not over";
+  fake_hold_ptb(0); // the running launch ends on its own, and the stall with it
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 2000, &Returned);
+  EXPECT_TRUE(Returned.load()) << "the new kernel's launch did not return";
+  T.join();
+  fake_sync();
+  expectEachBlockOnce(OutA);
+  expectEachBlockOnce(OutB);
 }
 
 // The armed flag (Config::ArmedFlag; TEST_ARMED=0 with TALLY_ARMED_FLAG=0):

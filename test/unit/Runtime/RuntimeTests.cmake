@@ -50,7 +50,7 @@ add_test(NAME hp-launch-bench-smoke
 set_tests_properties(hp-launch-bench-smoke PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-bench;TALLY_PRIORITY=high"
   PASS_REGULAR_EXPRESSION "3 batches of 300 requests: median [0-9.]+ ns per request"
-  FAIL_REGULAR_EXPRESSION "DEAD|failed|error|Sanitizer")
+  FAIL_REGULAR_EXPRESSION "DEAD|LOAD-UNDER-STOP|failed|error|Sanitizer")
 add_test(NAME runtime-passthrough COMMAND RuntimeTests --gtest_filter=Passthrough.*)
 set_tests_properties(runtime-passthrough PROPERTIES ENVIRONMENT "${_rt_env}")
 # A RuntimeTests run that writes its statistics (NAME.json) under ENV, then
@@ -64,7 +64,7 @@ function(tally_stats_test NAME FILTER ENV CHECKER)
   endif()
   add_test(NAME ${NAME} COMMAND RuntimeTests --gtest_filter=${FILTER})
   set_tests_properties(${NAME} PROPERTIES ENVIRONMENT "${ENV};TALLY_STATS=${_json}"
-    FIXTURES_SETUP ${NAME}-json)
+    FIXTURES_SETUP ${NAME}-json FAIL_REGULAR_EXPRESSION "FAILED|LOAD-UNDER-STOP")
   add_test(NAME ${_check}
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/${CHECKER} ${_json})
   set_tests_properties(${_check} PROPERTIES FIXTURES_REQUIRED ${NAME}-json)
@@ -114,7 +114,7 @@ set_tests_properties(runtime-stats-link-check PROPERTIES FIXTURES_REQUIRED stats
 add_test(NAME runtime-blocking-call COMMAND RuntimeTests --gtest_filter=BlockingCall.*)
 set_tests_properties(runtime-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_LOG_LEVEL=debug"
-  FAIL_REGULAR_EXPRESSION "TIMED OUT|FAILED" TIMEOUT 120)
+  FAIL_REGULAR_EXPRESSION "TIMED OUT|FAILED|LOAD-UNDER-STOP" TIMEOUT 120)
 add_test(NAME runtime-force-only COMMAND RuntimeTests --gtest_filter=ForceOnly.*)
 set_tests_properties(runtime-force-only PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_FORCE_ONLY=^picked_[0-9]+$")
@@ -132,7 +132,7 @@ set_tests_properties(runtime-ptb-workers PROPERTIES
 add_test(NAME runtime-context-gone-at-exit COMMAND RuntimeTests --gtest_filter=ContextGoneAtExit.*)
 set_tests_properties(runtime-context-gone-at-exit PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=ptb;TALLY_STATS=1"
-  FAIL_REGULAR_EXPRESSION "DEAD|FAILED")
+  FAIL_REGULAR_EXPRESSION "DEAD|LOAD-UNDER-STOP|FAILED")
 add_test(NAME runtime-bad-setting COMMAND RuntimeTests --gtest_filter=BadSetting.*)
 set_tests_properties(runtime-bad-setting PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_FORCE=fastest"
@@ -156,12 +156,12 @@ set_tests_properties(runtime-schedule-be PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-be;TALLY_CACHE_DIR=${_rt_dir}/cache-be;TALLY_STATS=${_rt_dir}/be-stats.json;TALLY_FREE_MEASURE=1"
   # The one hold (HP active for about 150 ms) counted for the kernel too.
   PASS_REGULAR_EXPRESSION "held longest, by kernel: be_held [0-9]+\\.[0-9] ms \\(1 holds\\)"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD" FIXTURES_REQUIRED runtime-be-clean
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP" FIXTURES_REQUIRED runtime-be-clean
   FIXTURES_SETUP runtime-be-first)
 add_test(NAME runtime-schedule-be-again COMMAND RuntimeTests --gtest_filter=ScheduleBe.HeldWhileHpIsActive)
 set_tests_properties(runtime-schedule-be-again PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-be;TALLY_CACHE_DIR=${_rt_dir}/cache-be;TALLY_STATS=${_rt_dir}/be-stats-again.json"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD" FIXTURES_REQUIRED runtime-be-first
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP" FIXTURES_REQUIRED runtime-be-first
   FIXTURES_SETUP runtime-be-second)
 add_test(NAME runtime-schedule-be-profile
   COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check-schedule.py ${_rt_dir}/be-stats.json
@@ -179,7 +179,7 @@ foreach(_case "all;;10 measurements kept, 0 discarded" "early;FAKE_ELAPSED_US=10
   set_tests_properties(runtime-schedule-free-measure-${_name} PROPERTIES
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-free-${_name};TALLY_PROFILE_CACHE=0;TALLY_STATS=1;TALLY_FREE_MEASURE=1;${_extra}"
     PASS_REGULAR_EXPRESSION "profile measured with no HP activity: [0-9]+ launches measuring \\(${_kept}"
-    FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endforeach()
 file(MAKE_DIRECTORY ${_rt_dir}/shm-free-async)
 add_test(NAME runtime-schedule-free-measure-async
@@ -188,25 +188,25 @@ set_tests_properties(runtime-schedule-free-measure-async PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-free-async;TALLY_PROFILE_CACHE=0;TALLY_STATS=1;TALLY_SILENCE_MS=20;TALLY_FREE_MEASURE=1"
   TIMEOUT 60
   PASS_REGULAR_EXPRESSION "profile measured with no HP activity: [0-9]+ launches measuring \\([0-9]+ measurements kept, 1 discarded"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-free-measure-off
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.FormsAreMeasuredWithoutHp)
 set_tests_properties(runtime-schedule-free-measure-off PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-free-off;TALLY_PROFILE_CACHE=0;TALLY_STATS=1;TALLY_FREE_MEASURE=0"
   PASS_REGULAR_EXPRESSION "PASSED"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|profile measured with no HP activity")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|profile measured with no HP activity")
 add_test(NAME runtime-schedule-max-hold COMMAND RuntimeTests --gtest_filter=ScheduleBe.AHoldEndsAtTheBound)
 set_tests_properties(runtime-schedule-max-hold PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-max-hold;TALLY_PROFILE_CACHE=0;TALLY_MAX_HOLD_US=200000;TALLY_SILENCE_MS=60000;TALLY_STATS=1"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "held 2 times for [0-9.]+ ms in all \\(2 of them ended after 200000 us: --max-hold-us\\).*15 launches measuring \\(14 measurements kept, 0 discarded"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-queue COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
 set_tests_properties(runtime-schedule-queue PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-queue;TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 # A launch-bound HP process (its published wait share under
 # --hp-wait-share) is not waited for by a below-normal-priority MPS client;
 # with the rule off (0) it is.
@@ -215,13 +215,13 @@ set_tests_properties(runtime-schedule-launch-bound PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-launch-bound;${_beside_env};CUDA_MPS_CLIENT_PRIORITY=1"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "tally: 1 launches started beside HP instead of waiting, every HP process waiting for the GPU less than 25 % of its requests' time"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-launch-bound-off COMMAND RuntimeTests --gtest_filter=ScheduleBe.LaunchBoundHpIsNotWaitedFor)
 set_tests_properties(runtime-schedule-launch-bound-off PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-launch-bound-off;${_beside_env};CUDA_MPS_CLIENT_PRIORITY=1;TALLY_HP_WAIT_SHARE=0;TEST_SHARE_OFF=1"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "PASSED"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|started beside HP instead of waiting")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|started beside HP instead of waiting")
 # Without TALLY_QUEUE_US: an MPS client of below-normal priority queues
 # within the default budget (1000 us: 31 launches of 31.25 us); at normal
 # priority, or with the budget given as 0, one launch at a time.
@@ -268,7 +268,7 @@ foreach(_case "beside;1;10;1;1;plain;0;0" "beside-off;1;10;0;0;plain;0;0" "besid
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortKernelsRunBesideHp)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=${_us};TALLY_BESIDE=${_on};TEST_EXPECT_BESIDE=${_expect};TEST_LAUNCH=${_launch};CUDA_MPS_CLIENT_PRIORITY=${_prio};TEST_HP_NO_MPS=${_hpnomps}"
-    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endforeach()
 set_tests_properties(runtime-schedule-beside-hp-no-mps PROPERTIES
   PASS_REGULAR_EXPRESSION "an HP process is not an MPS client")
@@ -281,7 +281,7 @@ function(tally_short_waves_test NAME EXPECT ENV)
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortWavesRunAsTheOriginalBesideHp)
   set_tests_properties(runtime-schedule-${NAME} PROPERTIES
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${NAME};${_beside_env};FAKE_ELAPSED_US=50;CUDA_MPS_CLIENT_PRIORITY=1;TEST_EXPECT_ORIGINAL=${EXPECT}${ENV}"
-    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endfunction()
 tally_short_waves_test(short-waves 1 ";TALLY_BESIDE_WAVE_US=15")
 tally_short_waves_test(short-waves-off 0 "")
@@ -291,14 +291,14 @@ set_tests_properties(runtime-schedule-beside-revoked PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-revoked;${_beside_env};FAKE_ELAPSED_US=10"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "short launches timed again \\(with HP idle\\), [4-9] of them over the target. 1 shapes timed too long too often"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-beside-slices
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortSlicesRunBesideHp)
 set_tests_properties(runtime-schedule-beside-slices PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-slices;${_beside_env};FAKE_ELAPSED_US=100"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "[^0-9]1 times HP arrived while a BE kernel that cannot be stopped ran.*beside HP \\(MPS\\): 2 short launches started while HP was busy"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 foreach(_case "small;50;1" "small-off;0;0")
   list(GET _case 0 _name)
   list(GET _case 1 _pct)
@@ -309,7 +309,7 @@ foreach(_case "small;50;1" "small-off;0;0")
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-${_name};${_beside_env};FAKE_ELAPSED_US=500;TALLY_BESIDE_PTB_PERCENT=${_pct};TEST_EXPECT_SMALL=${_expect}"
     TIMEOUT 120
     PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): ${_expect} short launches started while HP was busy \\(${_expect} of them small grids\\)"
-    FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endforeach()
 add_test(NAME runtime-schedule-beside-check-discarded
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.ABesideCheckWhileHpCameByIsDiscarded)
@@ -317,7 +317,7 @@ set_tests_properties(runtime-schedule-beside-check-discarded PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-check;${_beside_env};FAKE_ELAPSED_US=10"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "0 shapes timed too long too often"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 # Checks of short launches read once ended: never waited for (every event
 # held unfinished), and on the per-thread default stream too; two checks
 # read in each.
@@ -330,7 +330,7 @@ foreach(_case "nowait;ABesideCheckIsNeverWaitedFor" "ptsz;ABesideKernelOnThePerT
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-beside-${_name};${_beside_env};FAKE_ELAPSED_US=10;CUDA_MPS_CLIENT_PRIORITY=1"
     TIMEOUT 120
     PASS_REGULAR_EXPRESSION "short. 2 short launches timed again \\(with HP idle\\), 0 of them over the target. 0 shapes"
-    FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endforeach()
 set_tests_properties(runtime-schedule-beside PROPERTIES
   PASS_REGULAR_EXPRESSION "beside HP \\(MPS\\): [1-9][0-9]* short launches started while HP was busy \\(0 of them small grids\\). kernels without variants measured at [1-9]")
@@ -346,7 +346,7 @@ foreach(_case "narrow;1;50;1" "narrow-off;1;0;0" "narrow-no-mps;0;50;0")
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.PtbLaunchesRunNarrowBesideHp)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;TALLY_STATS=1;FAKE_MPS=${_mps};FAKE_ELAPSED_US=100;TALLY_WIDEN_US=200000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=${_pct};TEST_EXPECT_NARROW=${_expect}"
-    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endforeach()
 # An HP process that says it is no MPS client: PTB launches leave for it
 # and wait (a wide one is stopped, not narrowed, and resumed wide).
@@ -354,7 +354,7 @@ add_test(NAME runtime-schedule-narrow-hp-no-mps
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.PtbLaunchesRunNarrowBesideHp)
 set_tests_properties(runtime-schedule-narrow-hp-no-mps PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-narrow-hp-no-mps;${_beside_env};FAKE_ELAPSED_US=100;TALLY_WIDEN_US=200000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50;TEST_EXPECT_NARROW=0;TEST_HP_NO_MPS=1"
-  TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process that is no MPS client was seen" FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  TIMEOUT 120 PASS_REGULAR_EXPRESSION "an HP process that is no MPS client was seen" FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 set_tests_properties(runtime-schedule-narrow PROPERTIES
   PASS_REGULAR_EXPRESSION "PTB beside HP \\(50 % of a wave of workers\\): [1-9][0-9]* launches started narrow \\(0 of them only for being queued behind earlier ones\\), [1-9][0-9]* narrowed for HP \\(counted as preemptions above\\), [1-9][0-9]* widened after 200000 us of quiet")
 
@@ -366,7 +366,7 @@ set_tests_properties(runtime-schedule-queued-narrow PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queued-narrow;${_beside_env};FAKE_ELAPSED_US=100;TALLY_QUEUE_US=1000;TALLY_WIDEN_US=400000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "launches started narrow \\(1 of them only for being queued behind earlier ones\\)"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 
 # A PTB launch narrow beside HP and short on its narrow workers goes
 # without the gate's wait (default limit 1000 us); with a lower limit not.
@@ -378,7 +378,7 @@ foreach(_case "unwatched;1;TALLY_LOG_LEVEL=warn" "unwatched-off;0;TALLY_NARROW_U
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShortNarrowLaunchesGoUnwatched)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};${_beside_env};FAKE_ELAPSED_US=100;TALLY_BESIDE_PTB_PERCENT=50;TEST_EXPECT_UNWATCHED=${_expect};${_extra}"
-    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endforeach()
 set_tests_properties(runtime-schedule-unwatched PROPERTIES
   PASS_REGULAR_EXPRESSION "quiet. [1-9][0-9]* launches beside HP short enough on their narrow workers ran without a gate, not watched")
@@ -395,7 +395,7 @@ foreach(_case "provisional;1" "provisional-off;0")
     COMMAND RuntimeTests --gtest_filter=ScheduleBe.ShapesBeingMeasuredRunNarrowBesideHp)
   set_tests_properties(runtime-schedule-${_name} PROPERTIES
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${_name};${_beside_env};FAKE_ELAPSED_US=100;TALLY_IDLE_US=200000;TALLY_WIDEN_US=1000;TALLY_BESIDE_PTB_PERCENT=50;TALLY_PROVISIONAL=${_on};TEST_EXPECT_PROVISIONAL=${_on}"
-    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endforeach()
 set_tests_properties(runtime-schedule-provisional PROPERTIES
   PASS_REGULAR_EXPRESSION "[0-9]+ launches measuring \\(2 measurements kept, [0-9]+ discarded because HP came by\\).*0 widened after 200000 us of quiet.*[^0-9]2 launches of shapes still being measured started narrow beside a running HP request, not widened\n")
@@ -406,28 +406,67 @@ add_test(NAME runtime-schedule-cluster-shape
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.AClusterLaunchNeverTakesTheShapesVariant)
 set_tests_properties(runtime-schedule-cluster-shape PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-cluster-shape;TALLY_PROFILE_CACHE=0;TALLY_SILENCE_MS=60000;FAKE_MPS=1;FAKE_ELAPSED_US=100"
-  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 
 add_test(NAME runtime-schedule-blocking-call
   COMMAND RuntimeTests --gtest_filter=ScheduleBlocking.*)
 set_tests_properties(runtime-schedule-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-blocking;TALLY_CACHE_DIR=${_rt_dir}/cache-blocking;TALLY_FORCE=ptb;TALLY_LOG_LEVEL=debug"
-  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT")
+  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT")
 # A resumption that never starts is reported, once (ScheduleStuck).
 add_test(NAME runtime-schedule-stuck-resumption
   COMMAND RuntimeTests --gtest_filter=ScheduleStuck.*)
 set_tests_properties(runtime-schedule-stuck-resumption PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stuck;TALLY_CACHE_DIR=${_rt_dir}/cache-stuck;TALLY_FORCE=ptb"
   TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "a resumed PTB launch has not started after 2 s. its stream may share a hardware work queue.*CUDA_DEVICE_MAX_CONNECTIONS=32"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT|Sanitizer|Segmentation|Abort")
+  PASS_REGULAR_EXPRESSION "a resumed PTB launch has not started after 2 s, and the program's stream waits for it.*CUDA_DEVICE_MAX_CONNECTIONS=32"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
+# Kernels and their variants are loaded when first seen, under the drain
+# lock, and no flag goes up while a load's stall is not over (ScheduleLoad,
+# one test a process, as the stopped-launch tests are).
+file(MAKE_DIRECTORY ${_rt_dir}/shm-load-first ${_rt_dir}/shm-load-stopped
+     ${_rt_dir}/shm-load-stall ${_rt_dir}/shm-stuck ${_rt_dir}/shm-stuckd ${_rt_dir}/shm-stalled
+     ${_rt_dir}/shm-long)
+foreach(_t first:AKernelAndItsVariantsLoadWhenFirstSeen
+        stopped:ANewKernelWaitsForAStoppedLaunchsResumption
+        stall:NoFlagGoesUpWhileALoadStalls)
+  string(REPLACE ":" ";" _p "${_t}")
+  list(GET _p 0 _n)
+  list(GET _p 1 _f)
+  add_test(NAME runtime-schedule-load-${_n}
+    COMMAND RuntimeTests --gtest_filter=ScheduleLoad.${_f})
+  set_tests_properties(runtime-schedule-load-${_n} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-load-${_n};TALLY_CACHE_DIR=${_rt_dir}/cache-load-${_n};TALLY_FORCE=ptb;TALLY_STATS=1"
+    TIMEOUT 120
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT")
+endforeach()
+# (The stall's statistics line: the preemption put off is counted.)
+set_tests_properties(runtime-schedule-load-stall PROPERTIES
+  PASS_REGULAR_EXPRESSION "1 preemptions put off: a kernel's code had just been loaded")
+# At the debug level the same says what the launch waits for (its events,
+# its flag word and control block).
+add_test(NAME runtime-schedule-stuck-described
+  COMMAND RuntimeTests --gtest_filter=ScheduleStuck.*)
+set_tests_properties(runtime-schedule-stuck-described PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stuckd;TALLY_CACHE_DIR=${_rt_dir}/cache-stuckd;TALLY_FORCE=ptb;TALLY_LOG_LEVEL=debug"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "stuck waiting for its [a-z ()]+: events start pending, end pending, gate pending.*resumed, [0-9]+ workers .*control block next [0-9]+, flag [0-9]+, done [0-9]+"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
+# A resumption whose kernel runs no block is reported too (ScheduleStalledResumption).
+add_test(NAME runtime-schedule-stalled-resumption
+  COMMAND RuntimeTests --gtest_filter=ScheduleStalledResumption.*)
+set_tests_properties(runtime-schedule-stalled-resumption PROPERTIES
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stalled;TALLY_CACHE_DIR=${_rt_dir}/cache-stalled;TALLY_FORCE=ptb"
+  TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "a resumed PTB launch has run no block for 2 s, and the program's stream waits for it.*CUDA_DEVICE_MAX_CONNECTIONS=32"
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
 # A resumption that started and runs long is not (ScheduleLongResumption).
 add_test(NAME runtime-schedule-long-resumption
   COMMAND RuntimeTests --gtest_filter=ScheduleLongResumption.*)
 set_tests_properties(runtime-schedule-long-resumption PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-long;TALLY_CACHE_DIR=${_rt_dir}/cache-long;TALLY_FORCE=ptb"
   TIMEOUT 120
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|TIMED OUT|has not started after")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|has not started after")
 # One hardware work queue: preemptible PTB launches run as originals.
 file(MAKE_DIRECTORY ${_rt_dir}/shm-one-queue)
 add_test(NAME runtime-one-work-queue
@@ -436,82 +475,82 @@ set_tests_properties(runtime-one-work-queue PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-one-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-one-queue;TALLY_FORCE=ptb;CUDA_DEVICE_MAX_CONNECTIONS=1"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "CUDA_DEVICE_MAX_CONNECTIONS=1: every stream shares one hardware work queue"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|Sanitizer|Segmentation|Abort")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|Sanitizer|Segmentation|Abort")
 # The armed preemption flag, and the flag raised by driver calls.
 foreach(_armed 1 0)
   add_test(NAME runtime-schedule-armed-${_armed}
     COMMAND RuntimeTests --gtest_filter=ScheduleArmed.*)
   set_tests_properties(runtime-schedule-armed-${_armed} PROPERTIES
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-armed-${_armed};TALLY_CACHE_DIR=${_rt_dir}/cache-armed-${_armed};TALLY_FORCE=ptb;TALLY_ARMED_FLAG=${_armed};TEST_ARMED=${_armed}"
-    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 endforeach()
 add_test(NAME runtime-schedule-dead-hp COMMAND RuntimeTests --gtest_filter=ScheduleBe.ADeadHpProcessDoesNotHoldIt)
 set_tests_properties(runtime-schedule-dead-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-dead;TALLY_CACHE_DIR=${_rt_dir}/cache-dead"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-hp COMMAND RuntimeTests --gtest_filter=ScheduleHp.LaunchesAreAnnounced)
 set_tests_properties(runtime-schedule-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_STATS_TURNAROUND=1;TALLY_HP_COMPLETION=side"
   PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 3 launches"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 # The same as an MPS client (the driver says so): no flag in its slot.
 add_test(NAME runtime-schedule-hp-mps COMMAND RuntimeTests --gtest_filter=ScheduleHp.LaunchesAreAnnounced)
 set_tests_properties(runtime-schedule-hp-mps PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-mps;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=side;FAKE_MPS=1"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-hp-slow COMMAND RuntimeTests --gtest_filter=ScheduleHpSlow.*)
 set_tests_properties(runtime-schedule-hp-slow PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-slow;TALLY_PRIORITY=high;TALLY_STATS=1"
   PASS_REGULAR_EXPRESSION "HP launch calls with a part over 1000 us: [0-9]+ in the lookup \\(longest [0-9.]+ us\\), [0-9]+ waiting for the issue lock \\([0-9.]+ us\\), 3 in the driver's launch \\((29[0-9][0-9]|[3-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]+)\\.[0-9] us\\)"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 # The same run's mean per part: the driver's 3 ms in the driver's part.
 add_test(NAME runtime-schedule-hp-slow-mean COMMAND RuntimeTests --gtest_filter=ScheduleHpSlow.*)
 set_tests_properties(runtime-schedule-hp-slow-mean PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-slow-mean;TALLY_PRIORITY=high;TALLY_STATS=1"
   PASS_REGULAR_EXPRESSION "HP launch calls, mean per call: [0-9.]+ us in the lookup, [0-9.]+ us waiting for the issue lock, (29[0-9][0-9]|[3-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]+)\\.[0-9]+ us in the driver's launch, [0-9.]+ us reporting the completion \\(3 calls\\)"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-hp-none COMMAND RuntimeTests --gtest_filter=ScheduleHpNone.NoneReportsNothing)
 set_tests_properties(runtime-schedule-hp-none PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-none;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_HP_COMPLETION=none"
   PASS_REGULAR_EXPRESSION "3 launches announced to best-effort processes \\(completions not reported: TALLY_HP_COMPLETION=none. 0 completion writes\\)"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-hp-threads
   COMMAND RuntimeTests --gtest_filter=ScheduleHp.CompletionsInLaunchOrderAcrossThreadsAndStreams)
 set_tests_properties(runtime-schedule-hp-threads PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp3;TALLY_PRIORITY=high;TALLY_STATS=1;TALLY_STATS_TURNAROUND=1;TALLY_HP_COMPLETION=side"
   PASS_REGULAR_EXPRESSION "HP turnaround \\(launch call to completion seen\\) over 600 launches"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-hp-burst COMMAND RuntimeTests --gtest_filter=ScheduleHpBurst.*)
 set_tests_properties(runtime-schedule-hp-burst PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-burst;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=burst;TALLY_HP_BURST_US=300000;TALLY_STATS=1;TALLY_STATS_TIMING=0;FAKE_LOG_RECORDS=1"
   PASS_REGULAR_EXPRESSION "completion writes, one per burst"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 # A forked child's exit(), as HP (taking part in scheduling: heartbeat and
 # completion threads) and as BE with preemptions (the preemptor).
 file(MAKE_DIRECTORY ${_rt_dir}/shm-fork-hp ${_rt_dir}/shm-fork-be ${_rt_dir}/shm-stats-child)
 add_test(NAME runtime-forked-child-hp COMMAND RuntimeTests --gtest_filter=ForkedChild.*)
 set_tests_properties(runtime-forked-child-hp PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-fork-hp;TALLY_PRIORITY=high;TALLY_STATS=${_rt_dir}/fork-hp.json"
-  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|no scheduling")
+  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|no scheduling")
 add_test(NAME runtime-forked-child-be COMMAND RuntimeTests --gtest_filter=ForkedChild.*)
 set_tests_properties(runtime-forked-child-be PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-fork-be;TALLY_FORCE=ptb;TALLY_PREEMPT=random:6;TALLY_STATS=${_rt_dir}/fork-be.json"
-  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 # A child that inherited --stats=FILE writes FILE.PID.json (exec'd again:
 # the runtime starts afresh in it).
 add_test(NAME runtime-stats-child COMMAND RuntimeTests --gtest_filter=StatsChild.*)
 set_tests_properties(runtime-stats-child PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stats-child;TALLY_STATS=${_rt_dir}/stats-child/s.json"
-  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 file(MAKE_DIRECTORY ${_rt_dir}/stats-child)
 add_test(NAME runtime-schedule-hp-burst-default COMMAND RuntimeTests --gtest_filter=ScheduleHpBurstDefault.*)
 set_tests_properties(runtime-schedule-hp-burst-default PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp-burst-default;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=burst"
-  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-hp-own-stream COMMAND RuntimeTests --gtest_filter=ScheduleHp.*)
 set_tests_properties(runtime-schedule-hp-own-stream PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-hp2;TALLY_PRIORITY=high;TALLY_HP_COMPLETION=gpu"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 
 # PTX loaded at run time: the real tally-opt of this build transforms it
 # (best-effort, the default priority); an HP process loads it as it came.
@@ -520,15 +559,15 @@ add_test(NAME runtime-ptx COMMAND RuntimeTests --gtest_filter=RuntimePtx.*)
 set_tests_properties(runtime-ptx PROPERTIES
   ENVIRONMENT "${_ptx_env};TALLY_SHM_DIR=${_rt_dir}/shm-ptx;TALLY_STATS=1"
   PASS_REGULAR_EXPRESSION "run-time PTX: 6 modules, 6 transformed \\([0-9] from the cache.*1 of the transformed rejected by the driver.*1 later PTX inputs of a link"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-ptx-hp COMMAND RuntimeTests --gtest_filter=RuntimePtxOff.*)
 set_tests_properties(runtime-ptx-hp PROPERTIES
   ENVIRONMENT "${_ptx_env};TALLY_SHM_DIR=${_rt_dir}/shm-ptx-hp;TALLY_PRIORITY=high"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-ptx-off COMMAND RuntimeTests --gtest_filter=RuntimePtxOff.*)
 set_tests_properties(runtime-ptx-off PROPERTIES
   ENVIRONMENT "${_ptx_env};TALLY_SHM_DIR=${_rt_dir}/shm-ptx-off;TALLY_RUNTIME_PTX=0"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 
 # `tally run`: everything after `--` is the command, also right after an
 # option with an optional value (`--stats`). Not in sanitizer builds: the
