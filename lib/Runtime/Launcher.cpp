@@ -767,8 +767,8 @@ void Runtime::Impl::noteStuckResumption(const PtbLaunch &L) {
   const auto Now = Clock::now();
   uint32_t W[3];
   if (!Stuck && Q == CUDA_SUCCESS &&
-      (L.SeenAt == Clock::time_point{} || Now - L.SeenAt >= std::chrono::seconds(1)) &&
-      readCtrl(L, W, 50)) {
+      (L.TriedAt == Clock::time_point{} || Now - L.TriedAt >= std::chrono::seconds(1)) &&
+      (L.TriedAt = Now, readCtrl(L, W, 50))) {
     // Its counts against the last read's, at least 2 s before.
     if (L.SeenAt == Clock::time_point{} || W[0] != L.SeenNext || W[2] != L.SeenDone) {
       L.SeenNext = W[0];

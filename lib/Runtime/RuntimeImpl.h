@@ -161,9 +161,10 @@ struct PtbLaunch {
   /// Relaunched at least once (on the context's resume stream).
   bool Resumed = false;
   /// noteStuckResumption's last read of the control block: its next and
-  /// done counts, and when (0: none yet).
+  /// done counts, and when they last changed (0: none yet); and when a
+  /// read was last tried (at most once a second, landed or not).
   mutable uint32_t SeenNext = 0, SeenDone = 0;
-  mutable std::chrono::steady_clock::time_point SeenAt{};
+  mutable std::chrono::steady_clock::time_point SeenAt{}, TriedAt{};
   /// Its launch failed after a clear of its control block was queued on
   /// the program's stream, which may still land: the block is never reused
   /// (its events and word are).

@@ -711,7 +711,7 @@ int main(int Argc, char **Argv) {
   // Hardware work queues: with fewer than 32, preempted launches'
   // resumptions were seen never to start under MPS (be-spin beside
   // hp-serve with every PTB launch leaving for HP hung in 4 of 6 runs with
-  // the default on an H200, 9 of 9 with 2, none of 4 with 32; 2026-11-28;
+  // the default on an H200, 11 of 11 with 2, none of 4 with 32; 2026-11-28;
   // why is not known: Config::WorkQueues). A value the user set is kept
   // (the runtime warns below 32, and at 1 runs originals instead of
   // preemptible PTB launches).

@@ -153,7 +153,7 @@ struct Config {
   /// The hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) `tally run`
   /// asks for in a best-effort process where the variable is not set. On
   /// an H200 under MPS, be-spin with every PTB launch leaving for HP hung
-  /// in every run with 2 queues (9 of 9) and in 4 of 6 with the default,
+  /// in every run with 2 queues (11 of 11) and in 4 of 6 with the default,
   /// none of 4 with 32: a resumption's kernel never started (the event
   /// before it on its stream completed, and so did a write there), nor did
   /// the flag's write on the signal stream. Why is not known: a stream
