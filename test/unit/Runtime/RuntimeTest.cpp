@@ -1455,6 +1455,16 @@ template <typename F> bool within(int Ms, F Cond) {
   return Cond();
 }
 
+/// Launches \p K (64 blocks into \p Out) from a thread of its own, which
+/// sets \p Returned once the call returned (its result expected to be
+/// success); the caller joins it.
+std::thread launchInThread(CUfunction K, std::vector<int> &Out, std::atomic<bool> &Returned) {
+  return std::thread([K, &Out, &Returned] {
+    EXPECT_EQ(launchDirect(K, Out, 64), CUDA_SUCCESS);
+    Returned = true;
+  });
+}
+
 // Loading a kernel's code stalls the GPU's later work until its earlier
 // work ended (benchmarks/gpu/gate-queues.cu): beside a launch stopped for HP,
 // whose gate waits for a resumption not yet queued, for ever. A preempting
@@ -1490,10 +1500,7 @@ TEST(ScheduleLoad, ANewKernelWaitsForAStoppedLaunchsResumption) {
   uint64_t Seq = launchStoppedForHp(*Hp, A.K, OutA);
   ASSERT_NE(Seq, 0u);
   std::atomic<bool> Returned{false};
-  std::thread T([&] {
-    EXPECT_EQ(launchDirect(B.K, OutB, 64), CUDA_SUCCESS);
-    Returned = true;
-  });
+  std::thread T = launchInThread(B.K, OutB, Returned);
   beAlive(*Hp, 200);
   EXPECT_EQ(fake_log_count("funcload be_loadnew", ""), 0u)
       << "a kernel was loaded while a launch was stopped";
@@ -1526,10 +1533,7 @@ TEST(ScheduleLoad, NoFlagGoesUpWhileALoadStalls) {
   fake_hold_ptb(1); // launches run until their flag goes up
   ASSERT_EQ(launchDirect(A.K, OutA, 64), CUDA_SUCCESS); // HP idle: wide, watched
   std::atomic<bool> Returned{false};
-  std::thread T([&] {
-    EXPECT_EQ(launchDirect(B.K, OutB, 64), CUDA_SUCCESS);
-    Returned = true;
-  });
+  std::thread T = launchInThread(B.K, OutB, Returned);
   EXPECT_TRUE(within(1000, [] { return fake_log_count("funcload be_loadlate", "") > 0; }))
       << "the new kernel was not loaded";
   const size_t Raised0 = Raised();

@@ -413,60 +413,50 @@ add_test(NAME runtime-schedule-blocking-call
 set_tests_properties(runtime-schedule-blocking-call PROPERTIES
   ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-blocking;TALLY_CACHE_DIR=${_rt_dir}/cache-blocking;TALLY_FORCE=ptb;TALLY_LOG_LEVEL=debug"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT")
+# A scheduled test in a process of its own under forced PTB: NAME runs
+# FILTER with its own segment folder (shm-DIR, made here) and cache, the
+# further settings ENV, and fails on FAIL (the properties of each entry).
+function(tally_forced_ptb_test NAME FILTER DIR ENV FAIL)
+  file(MAKE_DIRECTORY ${_rt_dir}/shm-${DIR})
+  add_test(NAME ${NAME} COMMAND RuntimeTests --gtest_filter=${FILTER})
+  set_tests_properties(${NAME} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-${DIR};TALLY_CACHE_DIR=${_rt_dir}/cache-${DIR};TALLY_FORCE=ptb${ENV}"
+    TIMEOUT 120 FAIL_REGULAR_EXPRESSION "${FAIL}")
+endfunction()
+set(_stuck_fail "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
 # A resumption that never starts is reported, once (ScheduleStuck).
-add_test(NAME runtime-schedule-stuck-resumption
-  COMMAND RuntimeTests --gtest_filter=ScheduleStuck.*)
+tally_forced_ptb_test(runtime-schedule-stuck-resumption "ScheduleStuck.*" stuck "" "${_stuck_fail}")
 set_tests_properties(runtime-schedule-stuck-resumption PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stuck;TALLY_CACHE_DIR=${_rt_dir}/cache-stuck;TALLY_FORCE=ptb"
-  TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "a resumed PTB launch has not started after 2 s, and the program's stream waits for it.*CUDA_DEVICE_MAX_CONNECTIONS=32"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
+  PASS_REGULAR_EXPRESSION "a resumed PTB launch has not started after 2 s, and the program's stream waits for it.*CUDA_DEVICE_MAX_CONNECTIONS=32")
 # Kernels and their variants are loaded when first seen, under the drain
 # lock, and no flag goes up while a load's stall is not over (ScheduleLoad,
 # one test a process, as the stopped-launch tests are).
-file(MAKE_DIRECTORY ${_rt_dir}/shm-load-first ${_rt_dir}/shm-load-stopped
-     ${_rt_dir}/shm-load-stall ${_rt_dir}/shm-stuck ${_rt_dir}/shm-stuckd ${_rt_dir}/shm-stalled
-     ${_rt_dir}/shm-long)
 foreach(_t first:AKernelAndItsVariantsLoadWhenFirstSeen
         stopped:ANewKernelWaitsForAStoppedLaunchsResumption
         stall:NoFlagGoesUpWhileALoadStalls)
   string(REPLACE ":" ";" _p "${_t}")
   list(GET _p 0 _n)
   list(GET _p 1 _f)
-  add_test(NAME runtime-schedule-load-${_n}
-    COMMAND RuntimeTests --gtest_filter=ScheduleLoad.${_f})
-  set_tests_properties(runtime-schedule-load-${_n} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-load-${_n};TALLY_CACHE_DIR=${_rt_dir}/cache-load-${_n};TALLY_FORCE=ptb;TALLY_STATS=1"
-    TIMEOUT 120
-    FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT")
+  tally_forced_ptb_test(runtime-schedule-load-${_n} "ScheduleLoad.${_f}" load-${_n}
+    ";TALLY_STATS=1" "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT")
 endforeach()
 # (The stall's statistics line: the preemption put off is counted.)
 set_tests_properties(runtime-schedule-load-stall PROPERTIES
   PASS_REGULAR_EXPRESSION "1 preemptions put off: a kernel's code had just been loaded")
 # At the debug level the same says what the launch waits for (its events,
 # its flag word and control block).
-add_test(NAME runtime-schedule-stuck-described
-  COMMAND RuntimeTests --gtest_filter=ScheduleStuck.*)
+tally_forced_ptb_test(runtime-schedule-stuck-described "ScheduleStuck.*" stuckd
+  ";TALLY_LOG_LEVEL=debug" "${_stuck_fail}")
 set_tests_properties(runtime-schedule-stuck-described PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stuckd;TALLY_CACHE_DIR=${_rt_dir}/cache-stuckd;TALLY_FORCE=ptb;TALLY_LOG_LEVEL=debug"
-  TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "stuck waiting for its [a-z ()]+: events start pending, end pending, gate pending.*resumed, [0-9]+ workers .*control block next [0-9]+, flag [0-9]+, done [0-9]+"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
+  PASS_REGULAR_EXPRESSION "stuck waiting for its [a-z ()]+: events start pending, end pending, gate pending.*resumed, [0-9]+ workers .*control block next [0-9]+, flag [0-9]+, done [0-9]+")
 # A resumption whose kernel runs no block is reported too (ScheduleStalledResumption).
-add_test(NAME runtime-schedule-stalled-resumption
-  COMMAND RuntimeTests --gtest_filter=ScheduleStalledResumption.*)
+tally_forced_ptb_test(runtime-schedule-stalled-resumption "ScheduleStalledResumption.*" stalled
+  "" "${_stuck_fail}")
 set_tests_properties(runtime-schedule-stalled-resumption PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-stalled;TALLY_CACHE_DIR=${_rt_dir}/cache-stalled;TALLY_FORCE=ptb"
-  TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "a resumed PTB launch has run no block for 2 s, and the program's stream waits for it.*CUDA_DEVICE_MAX_CONNECTIONS=32"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
+  PASS_REGULAR_EXPRESSION "a resumed PTB launch has run no block for 2 s, and the program's stream waits for it.*CUDA_DEVICE_MAX_CONNECTIONS=32")
 # A resumption that started and runs long is not (ScheduleLongResumption).
-add_test(NAME runtime-schedule-long-resumption
-  COMMAND RuntimeTests --gtest_filter=ScheduleLongResumption.*)
-set_tests_properties(runtime-schedule-long-resumption PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-long;TALLY_CACHE_DIR=${_rt_dir}/cache-long;TALLY_FORCE=ptb"
-  TIMEOUT 120
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|has not started after")
+tally_forced_ptb_test(runtime-schedule-long-resumption "ScheduleLongResumption.*" long ""
+  "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|has not started after")
 # One hardware work queue: preemptible PTB launches run as originals.
 file(MAKE_DIRECTORY ${_rt_dir}/shm-one-queue)
 add_test(NAME runtime-one-work-queue
