@@ -27,11 +27,21 @@
 // With --op NAME one driver call is made while the gate is pending first
 // (event, malloc, hostalloc, stream, memset: which of the calls the
 // runtime makes as it goes stall later work as a load does?).
+// With --chain K, K full-GPU kernels, each with a gate of its own (a word
+// in pinned host memory), are queued behind the gate (a best-effort
+// process's queued PTB launches); once the gate is opened, and the first
+// of them ran, the other streams are tried again, then the host opens the
+// rest;
+// with --wide the probing kernels fill the GPU (a relaunch).
+// With --prio least|greatest|alt the other streams are made with the
+// least or the greatest priority, or alternately greatest and least
+// starting with greatest (the runtime's signal and resume streams).
 // Results (H200, driver 580, 2026-11-28): a plain gate held up nothing;
 // a code load behind it stalled everything after it
 // (docs/results/2026-11-28-h200-session22/summary.md).
 // Usage: gate-queues [--streams N] [--gate G] [--host-word] [--behind]
-//                    [--func-load] [--cold] [--op NAME]
+//                    [--func-load] [--cold] [--op NAME] [--prio P]
+//                    [--chain K] [--wide]
 // Build: nvcc -arch=sm_90a -O2 gate-queues.cu -lcuda -o gate-queues
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -79,8 +89,9 @@ static bool waitFor(volatile unsigned *P, unsigned V, int Ms) {
 
 int main(int Argc, char **Argv) {
   int N = 4, G = 3;
-  bool HostWord = false, Behind = false, FuncLoad = false, Cold = false;
-  const char *Op = nullptr;
+  bool HostWord = false, Behind = false, FuncLoad = false, Cold = false, Wide = false;
+  int Chain = 0;
+  const char *Op = nullptr, *Prio = nullptr;
   for (int I = 1; I < Argc; ++I) {
     if (!std::strcmp(Argv[I], "--streams") && I + 1 < Argc)
       N = std::atoi(Argv[++I]);
@@ -90,19 +101,25 @@ int main(int Argc, char **Argv) {
       HostWord = true;
     else if (!std::strcmp(Argv[I], "--behind"))
       Behind = true;
+    else if (!std::strcmp(Argv[I], "--chain") && I + 1 < Argc)
+      Chain = std::atoi(Argv[++I]);
+    else if (!std::strcmp(Argv[I], "--wide"))
+      Wide = true;
     else if (!std::strcmp(Argv[I], "--func-load"))
       FuncLoad = true;
     else if (!std::strcmp(Argv[I], "--cold"))
       Cold = true;
     else if (!std::strcmp(Argv[I], "--op") && I + 1 < Argc)
       Op = Argv[++I];
+    else if (!std::strcmp(Argv[I], "--prio") && I + 1 < Argc)
+      Prio = Argv[++I];
     else {
-      std::fprintf(stderr, "usage: gate-queues [--streams N] [--gate G] [--host-word] [--behind] [--func-load] [--cold] [--op NAME]\n");
+      std::fprintf(stderr, "usage: gate-queues [--streams N] [--gate G] [--host-word] [--behind] [--func-load] [--cold] [--op NAME] [--prio least|greatest|alt] [--chain K] [--wide]\n");
       return 2;
     }
   }
-  if (N < 2 || N > 64 || G < 0 || G >= N) {
-    std::fprintf(stderr, "gate-queues: need 2 <= N <= 64 and 0 <= G < N\n");
+  if (N < 2 || N > 64 || G < 0 || G >= N || Chain < 0 || Chain > 100) {
+    std::fprintf(stderr, "gate-queues: need 2 <= N <= 64, 0 <= G < N, 0 <= chain <= 100\n");
     return 2;
   }
   const char *Conn = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
@@ -133,12 +150,50 @@ int main(int Argc, char **Argv) {
     store<<<1, 1>>>(WordsDev + 255, 1);
   CK(cudaDeviceSynchronize());
   std::vector<cudaStream_t> St(N + 2);
-  for (int I = 0; I < N; ++I)
-    CK(cudaStreamCreateWithFlags(&St[I], cudaStreamNonBlocking));
+  int Least = 0, Greatest = 0;
+  CK(cudaDeviceGetStreamPriorityRange(&Least, &Greatest));
+  // The priority of the I-th stream other than G (--prio).
+  auto PrioOf = [&](int I) {
+    if (!Prio)
+      return 0;
+    if (!std::strcmp(Prio, "least"))
+      return Least;
+    if (!std::strcmp(Prio, "greatest"))
+      return Greatest;
+    return I % 2 ? Least : Greatest;
+  };
+  if (Prio && std::strcmp(Prio, "least") && std::strcmp(Prio, "greatest") &&
+      std::strcmp(Prio, "alt")) {
+    std::fprintf(stderr, "gate-queues: --prio: least, greatest or alt\n");
+    return 2;
+  }
+  for (int I = 0, K = 0; I < N; ++I)
+    CK(cudaStreamCreateWithPriority(&St[I], cudaStreamNonBlocking, I == G ? 0 : PrioOf(K++)));
+  if (Prio)
+    std::printf("other streams' priorities: %s (least %d, greatest %d)\n", Prio, Least, Greatest);
   spin<<<1, 32, 0, St[G]>>>(20ull * 1000 * 1000);
   CK(cuStreamWaitValue32((CUstream)St[G], (CUdeviceptr)GateDev, 1, CU_STREAM_WAIT_VALUE_GEQ));
   if (Behind) // the program's next kernel, queued behind the gate
     store<<<1, 1, 0, St[G]>>>(WordsDev + 254, 1);
+  // --chain K: K more launches queued behind the gate, each a full-GPU
+  // kernel followed by a gate of its own (a word of its own, opened with
+  // the first), as a best-effort process's queued PTB launches are.
+  unsigned *ChainHost = nullptr, *ChainDev = nullptr; // gates [0, Chain), progress [Chain]
+  int SMs = 0;
+  CK(cudaDeviceGetAttribute(&SMs, cudaDevAttrMultiProcessorCount, 0));
+  if (Chain) {
+    CK(cudaHostAlloc(&ChainHost, (Chain + 1) * sizeof(unsigned), cudaHostAllocMapped));
+    std::memset(ChainHost, 0, (Chain + 1) * sizeof(unsigned));
+    CK(cudaHostGetDevicePointer(&ChainDev, ChainHost, 0));
+    for (int K = 0; K < Chain; ++K) {
+      spin<<<SMs * 8, 256, 0, St[G]>>>(10000);
+      store<<<1, 1, 0, St[G]>>>(ChainDev + Chain, K + 1);
+      CK(cuStreamWaitValue32((CUstream)St[G], (CUdeviceptr)(ChainDev + K), 1,
+                             CU_STREAM_WAIT_VALUE_GEQ));
+    }
+    CK(cudaGetLastError());
+    std::printf("%d full-GPU kernels, each with a gate, queued behind the gate\n", Chain);
+  }
   if (FuncLoad) {
     // Does loading a function wait for the gate (host word: opened here)?
     cudaFunction_t Fn = nullptr;
@@ -203,7 +258,10 @@ int main(int Argc, char **Argv) {
   int Ran = -1;
   auto Try = [&](int I) {
     CK(cuStreamWriteValue32((CUstream)St[I], (CUdeviceptr)(WordsDev + I), 1, 0));
-    store<<<1, 1, 0, St[I]>>>(WordsDev + 64 + I, 1);
+    if (Wide) // a full GPU of blocks, as a relaunched PTB kernel
+      store<<<SMs * 8, 256, 0, St[I]>>>(WordsDev + 64 + I, 1);
+    else
+      store<<<1, 1, 0, St[I]>>>(WordsDev + 64 + I, 1);
     CK(cudaGetLastError());
     bool W = waitFor(Words + I, 1, 200);
     bool K = waitFor(Words + 64 + I, 1, 200);
@@ -230,6 +288,24 @@ int main(int Argc, char **Argv) {
       CK(cudaStreamCreateWithFlags(&Open, cudaStreamNonBlocking));
     }
     store<<<1, 1, 0, Open>>>(GateDev, 1);
+  }
+  if (Chain) {
+    // The stream now runs its first chained kernel and waits at its gate:
+    // do the other streams still run, with a gate so far along the stream?
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::printf("gate opened: %u of %d chained kernels ran; the other streams again:\n",
+                __atomic_load_n(ChainHost + Chain, __ATOMIC_ACQUIRE), Chain);
+    for (int I = 0; I < N + 2; ++I) {
+      Words[I] = 0;
+      Words[64 + I] = 0;
+    }
+    Ran = -1;
+    for (int I = 0; I < N + 2; ++I)
+      if (I != G)
+        Try(I);
+    for (int K = 0; K < Chain; ++K) // opened from the host
+      __atomic_store_n(ChainHost + K, 1u, __ATOMIC_RELEASE);
+    std::fflush(stdout);
   }
   std::thread([] {
     std::this_thread::sleep_for(std::chrono::seconds(2));

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace tally::rt {
 
@@ -200,6 +201,20 @@ Config Config::fromEnvironment(const char *(*GetEnv)(const char *), std::string 
   if (!Flag("TALLY_PROVISIONAL", C.Provisional))
     return C;
   if (!Flag("TALLY_ARMED_FLAG", C.ArmedFlag))
+    return C;
+  for (auto [Var, Out] : {std::pair{"TALLY_DEBUG_RESUME_PRIORITY", &C.DebugResumePriority},
+                          std::pair{"TALLY_DEBUG_SIGNAL_PRIORITY", &C.DebugSignalPriority}}) {
+    const char *V = GetEnv(Var);
+    if (!V || !*V)
+      continue;
+    if (!std::strcmp(V, "least"))
+      *Out = Config::DebugPriority::Least;
+    else if (!std::strcmp(V, "greatest"))
+      *Out = Config::DebugPriority::Greatest;
+    else
+      return Fail(Var, V, "least or greatest");
+  }
+  if (!Flag("TALLY_DEBUG_FRESH_RESUME", C.DebugFreshResume))
     return C;
   if (const char *V = GetEnv("TALLY_BESIDE_PTB_PERCENT"); V && *V) {
     uint64_t N = 0;

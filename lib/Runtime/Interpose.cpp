@@ -87,6 +87,7 @@ enum Hook {
 #define TALLY_SYNC(N, B, V0, V1, P, A) H_##N, H_##N##_ptds,
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) H_##N, H_##N##_ptsz,
 #define TALLY_ONE(N, B, V0, V1, P, A) H_##N,
+#define TALLY_LOAD(N, B, V0, V1, P, A) H_##N,
 #include "BlockingCalls.def"
 #define TALLY_WAIT(N, B, V0, V1, P, A, Q) H_##N, H_##N##_ptsz,
 #define TALLY_WAIT_ONE(N, B, V0, V1, P, A, Q) H_##N,
@@ -110,6 +111,7 @@ const char *const ExportedName[NumHooks] = {
 #define TALLY_SYNC(N, B, V0, V1, P, A) #N, #N "_ptds",
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) #N, #N "_ptsz",
 #define TALLY_ONE(N, B, V0, V1, P, A) #N,
+#define TALLY_LOAD(N, B, V0, V1, P, A) #N,
 #include "BlockingCalls.def"
 #define TALLY_WAIT(N, B, V0, V1, P, A, Q) #N, #N "_ptsz",
 #define TALLY_WAIT_ONE(N, B, V0, V1, P, A, Q) #N,
@@ -127,6 +129,7 @@ const BlockingProc BlockingProcs[] = {
 #define TALLY_SYNC(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N##_ptds},
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S) {#B, V0, V1, H_##N, H_##N##_ptsz},
 #define TALLY_ONE(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N},
+#define TALLY_LOAD(N, B, V0, V1, P, A) {#B, V0, V1, H_##N, H_##N},
 #include "BlockingCalls.def"
 #define TALLY_WAIT(N, B, V0, V1, P, A, Q) {#B, V0, V1, H_##N, H_##N##_ptsz},
 #define TALLY_WAIT_ONE(N, B, V0, V1, P, A, Q) {#B, V0, V1, H_##N, H_##N},
@@ -259,6 +262,24 @@ public:
 
 private:
   Runtime *RT;
+};
+
+/// A program thread inside a call that may load a kernel's code
+/// (BlockingCalls.def, TALLY_LOAD): blocking, and once the call succeeded
+/// the runtime marks the load (Runtime::codeLoaded) before the drain lock
+/// is let go, so that no flag goes up until the load's stall is over.
+class CodeLoad {
+public:
+  CodeLoad() : Mark(true) {}
+  CUresult done(CUresult R) {
+    if (R == CUDA_SUCCESS)
+      if (Runtime *RT = Runtime::get())
+        RT->codeLoaded();
+    return R;
+  }
+
+private:
+  BlockingCall Mark;
 };
 
 /// Stream-ordered calls wait in the driver (pageable memory) holding its
@@ -551,14 +572,14 @@ __attribute__((visibility("default"))) CUresult cuModuleLoadData(CUmodule *M, co
     return CUDA_ERROR_NOT_INITIALIZED;
   Runtime *RT = Runtime::get();
   std::shared_ptr<const std::string> T = RT ? RT->ptxForModule(Image, "cuModuleLoadData") : nullptr;
-  BlockingCall Mark(true); // a load waits for running kernels (BlockingCalls.def)
+  CodeLoad Mark; // a load waits for running kernels, and may load code (BlockingCalls.def)
   if (!T)
-    return R(M, Image);
+    return Mark.done(R(M, Image));
   CUresult Res = R(M, T->c_str());
   if (Res == CUDA_SUCCESS)
-    return Res;
+    return Mark.done(Res);
   RT->ptxRejected(Res, "cuModuleLoadData");
-  return R(M, Image);
+  return Mark.done(R(M, Image));
 }
 
 __attribute__((visibility("default"))) CUresult
@@ -570,14 +591,14 @@ cuModuleLoadDataEx(CUmodule *M, const void *Image, unsigned N, CUjit_option *Opt
   Runtime *RT = Runtime::get();
   std::shared_ptr<const std::string> T =
       RT ? RT->ptxForModule(Image, "cuModuleLoadDataEx") : nullptr;
-  BlockingCall Mark(true);
+  CodeLoad Mark;
   if (!T)
-    return R(M, Image, N, Opts, Vals);
+    return Mark.done(R(M, Image, N, Opts, Vals));
   CUresult Res = R(M, T->c_str(), N, Opts, Vals);
   if (Res == CUDA_SUCCESS)
-    return Res;
+    return Mark.done(Res);
   RT->ptxRejected(Res, "cuModuleLoadDataEx");
-  return R(M, Image, N, Opts, Vals);
+  return Mark.done(R(M, Image, N, Opts, Vals));
 }
 
 __attribute__((visibility("default"))) CUresult
@@ -591,19 +612,19 @@ cuLibraryLoadData(CUlibrary *L, const void *Code, CUjit_option *JitOpts, void **
   Runtime *RT = Runtime::get();
   std::shared_ptr<const std::string> T =
       RT ? RT->ptxForModule(Code, "cuLibraryLoadData") : nullptr;
-  BlockingCall Mark(true);
+  CodeLoad Mark;
   if (!T)
-    return R(L, Code, JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib);
+    return Mark.done(R(L, Code, JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib));
   CUresult Res = R(L, T->c_str(), JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib);
   if (Res == CUDA_SUCCESS) {
     // The driver may go on reading a preserved binary: keep ours alive.
     for (unsigned I = 0; LibOpts && I < NumLib; ++I)
       if (LibOpts[I] == CU_LIBRARY_BINARY_IS_PRESERVED && L)
         RT->keepForLibrary(*L, T);
-    return Res;
+    return Mark.done(Res);
   }
   RT->ptxRejected(Res, "cuLibraryLoadData");
-  return R(L, Code, JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib);
+  return Mark.done(R(L, Code, JitOpts, JitVals, NumJit, LibOpts, LibVals, NumLib));
 }
 
 __attribute__((visibility("default"))) CUresult
@@ -691,6 +712,15 @@ __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxReset_v2(CUdev
       TALLY_BLOCKING_BODY(H_##N##_ptsz, N##_ptsz, A, onDefaultStream(S))
 #define TALLY_ONE(N, B, V0, V1, P, A)                                                       \
   __attribute__((visibility("default"))) CUresult N P TALLY_BLOCKING_BODY(H_##N, N, A, true)
+// (Marked as a code load before the drain lock is let go.)
+#define TALLY_LOAD(N, B, V0, V1, P, A)                                                      \
+  __attribute__((visibility("default"))) CUresult N P {                                     \
+    auto Fn = real<decltype(&N)>(H_##N);                                                    \
+    if (!Fn)                                                                                \
+      return CUDA_ERROR_NOT_INITIALIZED;                                                    \
+    CodeLoad Mark;                                                                          \
+    return Mark.done(Fn A);                                                                 \
+  }
 #include "BlockingCalls.def"
 #undef TALLY_BLOCKING_BODY
 
@@ -750,6 +780,7 @@ void *const Ours[NumHooks] = {
 #define TALLY_ASYNC(N, B, V0, V1, P, A, S)                                                  \
   reinterpret_cast<void *>(&N), reinterpret_cast<void *>(&N##_ptsz),
 #define TALLY_ONE(N, B, V0, V1, P, A) reinterpret_cast<void *>(&N),
+#define TALLY_LOAD(N, B, V0, V1, P, A) reinterpret_cast<void *>(&N),
 #include "BlockingCalls.def"
 #define TALLY_WAIT(N, B, V0, V1, P, A, Q)                                                      \
   reinterpret_cast<void *>(&N), reinterpret_cast<void *>(&N##_ptsz),

@@ -575,6 +575,8 @@ bool Runtime::Impl::launchPtb(KernelEntry &K, const LaunchArgs &A, ContextState 
     retire(std::move(L));
     return true;
   }
+  if (Scheduled)
+    C.LaunchGated = true; // (launchBe, its caller, holds BeMu and reads it)
   startPreemptor();
   {
     std::lock_guard<std::mutex> G(QMu);
@@ -633,15 +635,30 @@ void Runtime::Impl::loadEarly(KernelEntry &K, CUfunction F) {
   // variants up (resolve) may have loaded them (with lazy loading
   // cuModuleGetFunction does). Where nothing was loaded, the mark
   // completes at once.
-  if (!C)
+  markLoad(C);
+}
+
+void Runtime::codeLoaded() {
+  if (!I->preempts())
     return;
+  // (The program may be capturing a stream: a lookup at a kernel's first
+  // launch comes during a capture. The mark's event is recorded on an
+  // internal stream, which relaxed mode allows.)
+  RelaxedCaptureGuard Relax(I->D);
+  if (I->markLoad(I->context()))
+    I->ProgramLoadMarks.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Runtime::Impl::markLoad(ContextState *C) {
+  if (!C)
+    return false;
   CUevent E = acquireEvent(*C, false);
   if (!E)
-    return;
+    return false;
   if (D.cuEventRecord(E, C->Meta) != CUDA_SUCCESS) {
     std::lock_guard<std::mutex> G(C->Mu);
     C->FreeEvents.push_back(E);
-    return;
+    return false;
   }
   // Only the newest mark of a context matters: the events on its one
   // metadata stream complete in order.
@@ -662,6 +679,7 @@ void Runtime::Impl::loadEarly(KernelEntry &K, CUfunction F) {
     std::lock_guard<std::mutex> G(C->Mu);
     C->FreeEvents.push_back(Older); // (recorded again when reused)
   }
+  return true;
 }
 
 bool Runtime::Impl::loadsSettled() {
@@ -784,8 +802,10 @@ void Runtime::Impl::noteStuckResumption(const PtbLaunch &L) {
   logf(LogLevel::Error,
        "kernel %s: a resumed PTB launch %s, and the program's stream waits for it at the "
        "launch's gate: the program may wait for ever. On an H200 under MPS this happened with "
-       "fewer than %d hardware work queues (why is not known): run best-effort processes with "
-       "CUDA_DEVICE_MAX_CONNECTIONS=%d (`tally run` sets it unless it is set)",
+       "fewer than %d hardware work queues and launches queued behind the gate (why is not "
+       "known; the runtime queues none there now, but the program's own work may be): run "
+       "best-effort processes with CUDA_DEVICE_MAX_CONNECTIONS=%d (`tally run` sets it unless "
+       "it is set)",
        L.K->Name.c_str(), How, Config::WorkQueues, Config::WorkQueues);
 }
 
@@ -853,13 +873,30 @@ bool Runtime::Impl::waitEvent(CUevent E, const PtbLaunch *L, const char *What) {
 
 bool Runtime::Impl::resume(PtbLaunch &L, bool Resumption) {
   ContextState &C = *L.C;
-  CUresult R = D.cuStreamWriteValue32(C.Resume, L.Ctrl + 4, 0, CU_STREAM_WRITE_VALUE_DEFAULT);
+  // TALLY_DEBUG_FRESH_RESUME: the relaunch on a stream of its own, made
+  // now (with the resume stream's priority) and destroyed behind it (the
+  // driver lets it go once its work is done). A stream that cannot be made
+  // is the resume stream.
+  CUstream S = C.Resume;
+  CUstream Fresh = nullptr;
+  if (Cfg.DebugFreshResume && D.cuStreamGetPriority && D.cuStreamDestroy) {
+    int Prio = 0;
+    if (D.cuStreamGetPriority(C.Resume, &Prio) == CUDA_SUCCESS &&
+        D.cuStreamCreateWithPriority(&Fresh, CU_STREAM_NON_BLOCKING, Prio) == CUDA_SUCCESS)
+      S = Fresh;
+  }
+  auto Done = [&] {
+    if (Fresh)
+      D.cuStreamDestroy(Fresh);
+  };
+  CUresult R = D.cuStreamWriteValue32(S, L.Ctrl + 4, 0, CU_STREAM_WRITE_VALUE_DEFAULT);
   if (R == CUDA_SUCCESS)
-    R = D.cuEventRecord(L.Start, C.Resume);
+    R = D.cuEventRecord(L.Start, S);
   if (R == CUDA_SUCCESS)
-    R = launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, C.Resume, L.ParamBuf.data(),
+    R = launchVariant(L.K->PtbFn, L.Workers, L.Block, L.SharedBytes, S, L.ParamBuf.data(),
                       L.ParamBytes);
   if (R != CUDA_SUCCESS) {
+    Done();
     // Nothing was relaunched: trying again is safe.
     logf(LogLevel::Error, "kernel %s: resuming a preempted launch failed (%s)", L.K->Name.c_str(),
          D.errorName(R).c_str());
@@ -868,8 +905,10 @@ bool Runtime::Impl::resume(PtbLaunch &L, bool Resumption) {
   // Relaunched: from here never again (two relaunches in flight would
   // share the block, and their releases the word). Its own release, with
   // a new number, when it runs wide (Scheduler.cpp arms it again).
-  queueArmRelease(L, C.Resume);
-  if (D.cuEventRecord(L.End, C.Resume) != CUDA_SUCCESS) {
+  queueArmRelease(L, S);
+  const bool EndRecorded = D.cuEventRecord(L.End, S) == CUDA_SUCCESS;
+  Done();
+  if (!EndRecorded) {
     // Its end cannot be seen: it runs every block left on its own (its
     // stream's gate passes then); not watched, its block never reused.
     L.Lost = true;

@@ -198,8 +198,15 @@ ContextState *Runtime::Impl::contextSlow(CUcontext Ctx, unsigned long long Id) {
   C.LeastPriority = Least;
   // Both internal streams are non-blocking: work the application queues
   // on the legacy default stream (a gate, say) must never hold them up.
+  // (The TALLY_DEBUG_*_PRIORITY settings: Config::DebugResumePriority.)
+  auto Pick = [&](Config::DebugPriority P, int AsIs) {
+    return P == Config::DebugPriority::Least      ? Least
+           : P == Config::DebugPriority::Greatest ? Greatest
+                                                  : AsIs;
+  };
   if (R == CUDA_SUCCESS)
-    R = D.cuStreamCreateWithPriority(&C.Resume, CU_STREAM_NON_BLOCKING, Least);
+    R = D.cuStreamCreateWithPriority(&C.Resume, CU_STREAM_NON_BLOCKING,
+                                     Pick(Cfg.DebugResumePriority, Least));
   // Signal carries a BE process's preemption flags (greatest priority: they
   // must not wait behind anything) and an HP process's completion writes
   // (least: work on a stream of greater priority than the service's may
@@ -207,8 +214,9 @@ ContextState *Runtime::Impl::contextSlow(CUcontext Ctx, unsigned long long Id) {
   // stalled for up to 20 ms every few seconds with the greatest; with the
   // least, less often, not never: scripts/gpu-hp-tail.sh).
   if (R == CUDA_SUCCESS)
-    R = D.cuStreamCreateWithPriority(&C.Signal, CU_STREAM_NON_BLOCKING,
-                                     Cfg.Prio == Priority::High ? Least : Greatest);
+    R = D.cuStreamCreateWithPriority(
+        &C.Signal, CU_STREAM_NON_BLOCKING,
+        Pick(Cfg.DebugSignalPriority, Cfg.Prio == Priority::High ? Least : Greatest));
   if (R == CUDA_SUCCESS)
     R = D.cuStreamCreateWithPriority(&C.Meta, CU_STREAM_NON_BLOCKING, Least);
   if (R != CUDA_SUCCESS || C.SMs <= 0) {

@@ -283,6 +283,9 @@ struct ContextState {
   /// flag (on an H200, gaps of 20-70 us between hp-serve's kernels in 1.5-6
   /// % of its requests, 2026-11-28). Under BeMu.
   bool LaunchBehind = false;
+  /// The BE launch being issued became a preemptible PTB launch, with a
+  /// gate on its stream (set by launchPtb). Under BeMu.
+  bool LaunchGated = false;
   bool BeOverlapCounted = false;  ///< HP was seen arriving during it (counted)
   /// With a queue budget (Config::QueueUs): the BE launches that may still
   /// run, each with how long it may make an arriving HP kernel wait
@@ -462,6 +465,9 @@ struct Coordination {
   std::atomic<uint64_t> Unstoppable{0};
   /// BE launches made while earlier ones were still queued (QueueUs).
   std::atomic<uint64_t> QueuedLaunches{0};
+  /// Preemptible PTB launches behind which nothing was queued: fewer than
+  /// Config::WorkQueues hardware work queues asked for (launchBe).
+  std::atomic<uint64_t> GatesNotQueuedBehind{0};
   /// Guarded BE launch calls (HP present), their time from the decision to
   /// hold to the return, and the part of it spent waiting for the
   /// process's own earlier launches to end (one at a time, or the queue's
@@ -604,6 +610,12 @@ struct Runtime::Impl {
   /// the context's metadata stream completes once the load's stall is
   /// over; no flag goes up while such an event is pending (loadsSettled).
   void loadEarly(KernelEntry &K, CUfunction F);
+  /// Records the event behind a code load on \p C's metadata stream and
+  /// lists it as \p C's newest mark (nothing when \p C is null or the
+  /// event cannot be had; false then). Under the drain lock, shared.
+  bool markLoad(ContextState *C);
+  /// Marks recorded for the program's own code loads (Runtime::codeLoaded).
+  std::atomic<uint64_t> ProgramLoadMarks{0};
   /// The loads' events have all completed (those that have are given back).
   bool loadsSettled();
   std::mutex LoadMu;

@@ -155,24 +155,28 @@ void Runtime::Impl::coordinate(ContextState &C) {
       logf(LogLevel::Warn, "no MPS daemon: processes time-slice the GPU, so an HP kernel also "
                            "waits for the BE context's time slice (hundreds of microseconds); "
                            "'tally mps start' runs MPS");
-    // Config::WorkQueues: with too few hardware work queues resumptions
-    // were seen never to start (why is not known; at 1 Launcher.cpp runs
-    // originals instead of preemptible launches, and says so).
+    // Config::WorkQueues: with too few hardware work queues, launches
+    // queued behind a preemptible launch's gate kept its resumption from
+    // ever starting (why is not known); launchBe queues nothing behind a
+    // gate then (at 1 Launcher.cpp runs originals instead of preemptible
+    // launches, and says so).
     if (Cfg.Prio != Priority::High) {
       const int Q = Cfg.WorkQueuesAsked;
-      if (Q > 1 && Q < Config::WorkQueues)
+      if (Q > 1 && Q < Config::WorkQueues && Co.QueueUs.load(std::memory_order_relaxed))
         logf(LogLevel::Warn,
              "CUDA_DEVICE_MAX_CONNECTIONS is %d: with fewer than %d hardware work queues, "
-             "preempted launches' resumptions were seen never to start on an H200 under MPS "
-             "(the program then waits at the launch's gate for ever; why is not known); %d "
-             "(what `tally run` sets when it is unset) avoided it",
+             "launches queued behind a preempted launch kept its resumption from ever starting "
+             "on an H200 under MPS (why is not known), so nothing is queued behind preemptible "
+             "launches here (the queue budget is used behind the others only); %d is what "
+             "`tally run` sets when it is unset",
              Q, Config::WorkQueues, Config::WorkQueues);
-      else if (Q == 0 && Co.Mps)
+      else if (Q == 0 && Co.QueueUs.load(std::memory_order_relaxed))
         logf(LogLevel::Warn,
-             "CUDA_DEVICE_MAX_CONNECTIONS is not set: under MPS with the driver's default "
-             "hardware work queues, preempted launches' resumptions were seen never to start "
-             "(the program then waits at the launch's gate for ever; why is not known); set it "
-             "to %d before the program starts (`tally run` does)",
+             "CUDA_DEVICE_MAX_CONNECTIONS is not set: with the driver's default hardware work "
+             "queues, launches queued behind a preempted launch kept its resumption from ever "
+             "starting on an H200 under MPS (why is not known), so nothing is queued behind "
+             "preemptible launches here; set it to %d before the program starts (`tally run` "
+             "does) to queue behind them too",
              Config::WorkQueues);
     }
     if (Cfg.Prio == Priority::High) {
@@ -1420,6 +1424,7 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   // From here an HP arrival during this launch counts once (the holds
   // between its slices included).
   C.BeOverlapCounted = false;
+  C.LaunchGated = false;
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
   if (Check.C) {
@@ -1442,6 +1447,16 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     // A failed launch (some slices may have run) queues nothing behind it.
     bool Unknown =
         R != CUDA_SUCCESS || Timed || Cut || F == Form::Slice || (Decided && F != Pick.F);
+    // With fewer hardware work queues than Config::WorkQueues, nothing
+    // goes behind a launch's gate on its stream: on an H200 under MPS,
+    // launches queued there kept a preempted launch's resumption from
+    // ever starting (be-spin with every PTB launch leaving for HP and 2
+    // queues hung in 2 of 2 runs with the queue, none of 4 without it,
+    // twenty-third round; why is not known).
+    if (C.LaunchGated && R == CUDA_SUCCESS && Cfg.WorkQueuesAsked < Config::WorkQueues) {
+      Unknown = true;
+      Co.GatesNotQueuedBehind.fetch_add(1, std::memory_order_relaxed);
+    }
     queueBe(C, S, Unknown ? UINT64_MAX : WaitNs);
     queuedWait(C); // forget what already ended
   }

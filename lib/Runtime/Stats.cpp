@@ -198,8 +198,10 @@ void Runtime::Impl::writeStats() {
     std::fprintf(E,
                  "tally: %llu preemptions put off: a kernel's code had just been loaded, which "
                  "stalls the context's later work until its earlier work ended (%llu kernels "
-                 "loaded when first seen)\n",
-                 (unsigned long long)N, (unsigned long long)LoadedEarly.load());
+                 "loaded when first seen, %llu of the program's own lookups and loads "
+                 "marked)\n",
+                 (unsigned long long)N, (unsigned long long)LoadedEarly.load(),
+                 (unsigned long long)ProgramLoadMarks.load());
   uint64_t Hits = 0, Misses = 0;
   std::vector<double> Costs; // each decision's cost over the original
   size_t WithinTarget = 0, Over5 = 0;
@@ -343,11 +345,18 @@ void Runtime::Impl::writeStats() {
       std::fprintf(E, "tally: held longest, by kernel:%s\n", Top.c_str());
     }
   }
-  if (Co.Usable && Cfg.Prio != Priority::High && Co.QueueUs.load())
-    std::fprintf(E, "tally: queue budget %llu us%s: %llu launches queued behind earlier ones\n",
+  if (Co.Usable && Cfg.Prio != Priority::High && Co.QueueUs.load()) {
+    std::fprintf(E, "tally: queue budget %llu us%s: %llu launches queued behind earlier ones",
                  (unsigned long long)Co.QueueUs.load(),
                  Co.QueueDefault ? " (the default of a below-normal-priority MPS client)" : "",
                  (unsigned long long)Co.QueuedLaunches.load());
+    if (const uint64_t N = Co.GatesNotQueuedBehind.load())
+      std::fprintf(E,
+                   "; nothing queued behind %llu preemptible PTB launches (fewer than %d "
+                   "hardware work queues: CUDA_DEVICE_MAX_CONNECTIONS)",
+                   (unsigned long long)N, Config::WorkQueues);
+    std::fputc('\n', E);
+  }
   if (Co.Usable && Cfg.Prio != Priority::High && Co.GuardedCalls.load())
     std::fprintf(E,
                  "tally: %llu launch calls made while HP was present took %.3f ms in all: "
@@ -459,8 +468,11 @@ void Runtime::Impl::writeStats() {
                PctOf(SigLat, 0.99), SigLat.empty() ? 0.0 : SigLat.back(), DevLat.size(),
                PctOf(DevLat, 0.5), PctOf(DevLat, 0.99), DevLat.empty() ? 0.0 : DevLat.back(),
                (unsigned long long)Deferred.load());
-  std::fprintf(J, "\n  \"kernels_loaded_early\": %llu,\n  \"preemptions_deferred_by_code_loads\": %llu,",
-               (unsigned long long)LoadedEarly.load(), (unsigned long long)LoadDeferred.load());
+  std::fprintf(J,
+               "\n  \"kernels_loaded_early\": %llu,\n  \"program_code_loads_marked\": %llu,"
+               "\n  \"preemptions_deferred_by_code_loads\": %llu,",
+               (unsigned long long)LoadedEarly.load(), (unsigned long long)ProgramLoadMarks.load(),
+               (unsigned long long)LoadDeferred.load());
   std::fprintf(J,
                "\n  \"runtime_ptx\": {\"modules\": %llu, \"transformed\": %llu, "
                "\"from_cache\": %llu, \"cached_ms\": %.3f, \"made_ms\": %.3f, "
@@ -494,6 +506,7 @@ void Runtime::Impl::writeStats() {
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"queue_us\": %llu, \"queue_default\": %s, \"queued_launches\": %llu, "
+               "\"gates_not_queued_behind\": %llu, "
                "\"guarded_calls\": %llu, \"guarded_call_ms\": %.6f, \"guarded_held_ms\": %.6f, "
                "\"own_wait_ms\": %.6f, "
                "\"free_measure\": {\"enabled\": %s, \"launches\": %llu, \"kept\": %llu, "
@@ -528,6 +541,7 @@ void Runtime::Impl::writeStats() {
                (unsigned long long)Co.Unstoppable.load(), (unsigned long long)Co.QueueUs.load(),
                Co.QueueDefault ? "true" : "false",
                (unsigned long long)Co.QueuedLaunches.load(),
+               (unsigned long long)Co.GatesNotQueuedBehind.load(),
                (unsigned long long)Co.GuardedCalls.load(), Co.GuardedNs.load() / 1e6,
                Co.GuardedHeldNs.load() / 1e6, Co.OwnWaitNs.load() / 1e6, Cfg.FreeMeasure ? "true" : "false",
                (unsigned long long)Co.FreeMeasureLaunches.load(),

@@ -120,11 +120,16 @@ const char *Variables =
     "  TALLY_PTX_TIMEOUT_S  the longest one module's transformation may take (120)\n"
     "  TALLY_DRIVER       the CUDA driver library (default libcuda.so.1)\n"
     "  TALLY_DISABLE      1: the runtime passes every call through\n"
+    "  TALLY_DEBUG_RESUME_PRIORITY, TALLY_DEBUG_SIGNAL_PRIORITY  least | greatest:\n"
+    "                     the internal resume and signal streams' priorities, and\n"
+    "  TALLY_DEBUG_FRESH_RESUME  1: each relaunch on a stream of its own (for\n"
+    "                     finding hangs: docs/runtime.md, When something is wrong)\n"
     "  TALLY_LIBRARY      where `tally run` finds libtally.so\n"
     "Also set for best-effort processes: CUDA_MPS_CLIENT_PRIORITY=1, unless it is set\n"
     "or --no-mps-priority is given; CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware work\n"
-    "queues: with few, a preempted launch's resumption can share one with its own\n"
-    "stream's gate and wait behind it for ever), unless it is set.\n";
+    "queues: with fewer, launches queued behind a preempted launch were seen to keep\n"
+    "its resumption from ever starting, so the runtime then queues none there),\n"
+    "unless it is set.\n";
 
 /// The MPS daemon's folders: the user's settings, else NVIDIA's default
 /// pipe folder (so clients need no setting) and a log folder a user may
@@ -708,13 +713,12 @@ int main(int Argc, char **Argv) {
   // preempts BE kernels; this only orders the blocks both have waiting.
   if (Priority == "best-effort" && !NoMpsPriority && !std::getenv("CUDA_MPS_CLIENT_PRIORITY"))
     setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 1);
-  // Hardware work queues: with fewer than 32, preempted launches'
-  // resumptions were seen never to start under MPS (be-spin beside
-  // hp-serve with every PTB launch leaving for HP hung in 4 of 6 runs with
-  // the default on an H200, 11 of 11 with 2, none of 4 with 32; 2026-11-28;
-  // why is not known: Config::WorkQueues). A value the user set is kept
-  // (the runtime warns below 32, and at 1 runs originals instead of
-  // preemptible PTB launches).
+  // Hardware work queues: with fewer than 32, launches queued behind a
+  // preempted launch's gate kept its resumption from ever starting under
+  // MPS (Config::WorkQueues; why is not known), so the runtime queues none
+  // there below 32, which costs the queue budget's gain. A value the user
+  // set is kept (the runtime warns below 32, and at 1 runs originals
+  // instead of preemptible PTB launches).
   if (const char *Q = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
       Priority == "best-effort" && (!Q || !*Q))
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(tally::rt::Config::WorkQueues).c_str(), 1);

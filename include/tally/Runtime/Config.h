@@ -153,14 +153,19 @@ struct Config {
   /// The hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) `tally run`
   /// asks for in a best-effort process where the variable is not set. On
   /// an H200 under MPS, be-spin with every PTB launch leaving for HP hung
-  /// in every run with 2 queues (11 of 11) and in 4 of 6 with the default,
-  /// none of 4 with 32: a resumption's kernel never started (the event
+  /// in every run with 2 queues (13 of 13) and in 4 of 6 with the default,
+  /// none of 6 with 32: a resumption's kernel never started (the event
   /// before it on its stream completed, and so did a write there), nor did
-  /// the flag's write on the signal stream. Why is not known: a stream
-  /// waiting at a gate held up no other stream's writes or kernels with 2,
-  /// 8 or 32 queues, with or without MPS (benchmarks/gpu/gate-queues.cu,
-  /// 2026-11-28), and neither eager module loading nor the armed flag's
-  /// absence changed the hang. The most the driver takes.
+  /// the flag's write on the signal stream. It needed launches queued
+  /// behind the preempted launch's gate (the queue budget): without them
+  /// (TALLY_QUEUE_US=0, or a client of normal priority, which has no
+  /// budget) none of 4 runs with 2 queues hung (twenty-third round). Why is
+  /// not known: in benchmarks/gpu/gate-queues.cu a stream waiting at a
+  /// gate, with kernels and further gates queued behind it, held up no
+  /// other stream's writes or kernels with 2, 8 or 32 queues. So with fewer
+  /// than this many queues asked for nothing is queued behind a
+  /// preemptible launch (launchBe; then none of 10 runs with 2 or 8 queues
+  /// hung). The most the driver takes.
   static constexpr int WorkQueues = 32;
   /// CUDA_DEVICE_MAX_CONNECTIONS as the process was started with (0: not
   /// set, or not a whole number). At 1 every stream shares one queue, so a
@@ -190,6 +195,18 @@ struct Config {
   /// also released from the GPU when the launch ends). False: the write is
   /// queued when the flag is raised.
   bool ArmedFlag = true;
+  /// For finding the hang with few hardware work queues (WorkQueues):
+  /// the priorities of a context's resume and signal streams (AsIs: least
+  /// for resume, greatest for a BE process's signal stream, as
+  /// ContextState says) and a relaunch on a stream made for it alone
+  /// (destroyed behind it) instead of the resume stream. From
+  /// TALLY_DEBUG_RESUME_PRIORITY, TALLY_DEBUG_SIGNAL_PRIORITY (least or
+  /// greatest) and TALLY_DEBUG_FRESH_RESUME (0 or 1); no `tally run`
+  /// options (docs/runtime.md, When something is wrong).
+  enum class DebugPriority { AsIs, Least, Greatest };
+  DebugPriority DebugResumePriority = DebugPriority::AsIs;
+  DebugPriority DebugSignalPriority = DebugPriority::AsIs;
+  bool DebugFreshResume = false;
   /// Under MPS (and with Beside), a BE PTB launch keeps this percentage of
   /// a full wave of workers (at least one) while HP works instead of leaving
   /// the GPU: it starts narrow, or is narrowed when HP arrives (0: PTB

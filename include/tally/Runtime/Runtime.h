@@ -115,6 +115,12 @@ public:
   /// stopped waits (in Begin) until its resumption is queued.
   void blockingCallBegin();
   void blockingCallEnd();
+  /// A program thread's call that may have loaded a kernel's code
+  /// (BlockingCalls.def, TALLY_LOAD: a lookup under lazy loading,
+  /// cuFuncLoad, a module load), made between blockingCallBegin and End:
+  /// in a process that preempts, an event is recorded behind it, and no
+  /// flag goes up until that event completes (the load's stall is over).
+  void codeLoaded();
 
   /// Finishes every preempted launch and writes the statistics. Runs at
   /// exit (atexit, registered at the first launch, so before the CUDA

@@ -29,7 +29,10 @@
 //    and is logged "LOAD-UNDER-STOP NAME" (a test's failure). The next
 //    event a thread records after its cuFuncLoad completes once the PTB
 //    launches running at the load have ended (and not while
-//    fake_hold_load_marks(1)), whatever else is held;
+//    fake_hold_load_marks(1)), whatever else is held. With
+//    FAKE_LOOKUP_LOADS=1 looking a kernel up (cuModuleGetFunction,
+//    cuLibraryGetKernel, cuKernelGetFunction) loads it too, as lazy loading
+//    does, and is marked the same way;
 //  * every call is logged ("launch NAME grid=.. block=.. stream=S..",
 //    "waitvalue ...") for the tests to read.
 //
@@ -323,7 +326,7 @@ void loadCode(FKernel *K, const char *How) {
   }
   // (A variant's name is not logged: tests look for it in launch lines.)
   log(std::string("load ") + (K->K == Kind::Original ? K->Name : "(a variant)") + " by " + How);
-  if (!std::strcmp(How, "funcload")) {
+  if (!std::strcmp(How, "funcload") || !std::strcmp(How, "lookup")) {
     MarkNext = true;
     MarkOpen.clear();
     for (size_t I = 0; I < S().Pending.size(); ++I)
@@ -730,14 +733,29 @@ FAKE CUresult cuKernelGetLibrary(CUlibrary *L, CUkernel F) {
   *L = reinterpret_cast<CUlibrary>(K->M);
   return CUDA_SUCCESS;
 }
+/// FAKE_LOOKUP_LOADS=1: a lookup loads the kernel's code (lazy loading).
+static void lookupLoads(void *P) {
+  static const bool On = [] {
+    const char *V = std::getenv("FAKE_LOOKUP_LOADS");
+    return V && !std::strcmp(V, "1");
+  }();
+  FKernel *K = asKernel(P);
+  if (!On || !K)
+    return;
+  std::lock_guard<std::mutex> DL(driverLock());
+  std::lock_guard<std::recursive_mutex> G(S().Mu);
+  loadCode(K, "lookup");
+}
 FAKE CUresult cuKernelGetFunction(CUfunction *F, CUkernel K) {
   *F = reinterpret_cast<CUfunction>(K);
+  lookupLoads(K);
   return CUDA_SUCCESS;
 }
 static CUresult getKernel(void *M, const char *Name, void **Out) {
   for (FKernel *K : static_cast<FModule *>(M)->Kernels)
     if (K->Name == Name) {
       *Out = K;
+      lookupLoads(K);
       return CUDA_SUCCESS;
     }
   return CUDA_ERROR_NOT_FOUND;

@@ -994,6 +994,31 @@ TEST(SchedulerConfig, BesideDefaultsAndBounds) {
   }
 }
 
+// The debugging settings of the internal streams (Config::DebugFreshResume):
+// off by default, least or greatest, 0 or 1; anything else is refused.
+TEST(SchedulerConfig, DebugStreamSettings) {
+  std::string E;
+  Config C = configOf({}, E);
+  EXPECT_EQ(C.DebugResumePriority, Config::DebugPriority::AsIs);
+  EXPECT_EQ(C.DebugSignalPriority, Config::DebugPriority::AsIs);
+  EXPECT_FALSE(C.DebugFreshResume);
+  C = configOf({{"TALLY_DEBUG_RESUME_PRIORITY", "greatest"},
+                {"TALLY_DEBUG_SIGNAL_PRIORITY", "least"},
+                {"TALLY_DEBUG_FRESH_RESUME", "1"}},
+               E);
+  EXPECT_TRUE(C.Enabled) << E;
+  EXPECT_EQ(C.DebugResumePriority, Config::DebugPriority::Greatest);
+  EXPECT_EQ(C.DebugSignalPriority, Config::DebugPriority::Least);
+  EXPECT_TRUE(C.DebugFreshResume);
+  for (const char *Var : {"TALLY_DEBUG_RESUME_PRIORITY", "TALLY_DEBUG_SIGNAL_PRIORITY"}) {
+    C = configOf({{Var, "middle"}}, E);
+    EXPECT_FALSE(C.Enabled);
+    EXPECT_NE(E.find(Var), std::string::npos) << E;
+  }
+  C = configOf({{"TALLY_DEBUG_FRESH_RESUME", "yes"}}, E);
+  EXPECT_FALSE(C.Enabled);
+}
+
 // The JSON statistics of a process that is not the one `tally run` started
 // (it inherited the settings: a spawned worker, a launcher's rank) go
 // beside the file, under its pid.

@@ -1550,6 +1550,39 @@ TEST(ScheduleLoad, NoFlagGoesUpWhileALoadStalls) {
   expectEachBlockOnce(OutB);
 }
 
+// The program's own lookup of a kernel (the CUDA runtime makes one at a
+// kernel's first launch) loads its code under lazy loading (the fake does
+// with FAKE_LOOKUP_LOADS=1). Made while a launch runs, it stalls the
+// context's later work until that launch has ended: the runtime marks it
+// (Runtime::codeLoaded) and no flag goes up meanwhile; the put-off
+// preemption and the mark are counted (the ctest entry looks for the
+// statistics' line). Then the kernel runs, every block once.
+TEST(ScheduleLoad, NoFlagGoesUpAfterTheProgramsOwnLookup) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module A("be_lookrun"), B("be_lookup");
+  fake_set_blocks_before_flag(1);
+  auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
+  std::vector<int> OutA(64), OutB(64);
+  fake_hold_ptb(1); // launches run until their flag goes up
+  ASSERT_EQ(launchDirect(A.K, OutA, 64), CUDA_SUCCESS); // HP idle: wide, watched
+  CUfunction F = nullptr;
+  ASSERT_EQ(cuModuleGetFunction(&F, static_cast<CUmodule>(B.M), "be_lookup"), CUDA_SUCCESS);
+  EXPECT_EQ(F, B.K);
+  EXPECT_EQ(fake_log_count("load be_lookup by lookup", ""), 1u) << "the lookup loaded nothing";
+  const size_t Raised0 = Raised();
+  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
+  beAlive(*Hp, 300);
+  EXPECT_EQ(Raised(), Raised0) << "a flag went up while the program's load stalled";
+  fake_hold_ptb(0); // the running launch ends on its own, and the stall with it
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 50);
+  ASSERT_EQ(launchDirect(F, OutB, 64), CUDA_SUCCESS);
+  fake_sync();
+  expectEachBlockOnce(OutA);
+  expectEachBlockOnce(OutB);
+}
+
 // The armed flag (Config::ArmedFlag; TEST_ARMED=0 with TALLY_ARMED_FLAG=0):
 // a watched PTB launch has its flag write queued on the signal stream
 // ahead of time, behind a wait for a word of host memory (the fake holds

@@ -203,10 +203,28 @@ set_tests_properties(runtime-schedule-max-hold PROPERTIES
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
 add_test(NAME runtime-schedule-queue COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
 set_tests_properties(runtime-schedule-queue PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-queue;TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue;TALLY_CACHE_DIR=${_rt_dir}/cache-queue;TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1;CUDA_DEVICE_MAX_CONNECTIONS=32"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
-  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
+  FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|nothing queued behind")
+# The same launches (PTB, chosen) with fewer than 32 hardware work queues,
+# or the variable unset: nothing is queued behind a launch's gate (on an
+# H200 under MPS, launches queued there kept a preempted launch's
+# resumption from starting): with every earlier launch ended the first
+# goes, the second waits for it to end.
+foreach(_q 8 unset)
+  if(_q STREQUAL "unset")
+    set(_qenv "")
+  else()
+    set(_qenv ";CUDA_DEVICE_MAX_CONNECTIONS=${_q}")
+  endif()
+  add_test(NAME runtime-schedule-queue-gates-${_q} COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
+  set_tests_properties(runtime-schedule-queue-gates-${_q} PROPERTIES
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue-gates-${_q};TALLY_CACHE_DIR=${_rt_dir}/cache-queue-gates-${_q};TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1;TEST_QUEUE_FIT=1${_qenv}"
+    TIMEOUT 120
+    PASS_REGULAR_EXPRESSION "queue budget 70 us: 0 launches queued behind earlier ones. nothing queued behind [1-9][0-9]* preemptible PTB launches \\(fewer than 32 hardware work queues"
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
+endforeach()
 # A launch-bound HP process (its published wait share under
 # --hp-wait-share) is not waited for by a below-normal-priority MPS client;
 # with the rule off (0) it is.
@@ -363,7 +381,7 @@ set_tests_properties(runtime-schedule-narrow PROPERTIES
 add_test(NAME runtime-schedule-queued-narrow
   COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueuedPtbLaunchesStartNarrow)
 set_tests_properties(runtime-schedule-queued-narrow PROPERTIES
-  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queued-narrow;${_beside_env};FAKE_ELAPSED_US=100;TALLY_QUEUE_US=1000;TALLY_WIDEN_US=400000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50"
+  ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queued-narrow;${_beside_env};CUDA_DEVICE_MAX_CONNECTIONS=32;FAKE_ELAPSED_US=100;TALLY_QUEUE_US=1000;TALLY_WIDEN_US=400000;TALLY_NARROW_UNWATCHED_US=0;TALLY_BESIDE_PTB_PERCENT=50"
   TIMEOUT 120
   PASS_REGULAR_EXPRESSION "launches started narrow \\(1 of them only for being queued behind earlier ones\\)"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
@@ -443,6 +461,12 @@ endforeach()
 # (The stall's statistics line: the preemption put off is counted.)
 set_tests_properties(runtime-schedule-load-stall PROPERTIES
   PASS_REGULAR_EXPRESSION "1 preemptions put off: a kernel's code had just been loaded")
+# The program's own lookup loads code (FAKE_LOOKUP_LOADS=1, lazy loading):
+# marked, and no flag goes up until its stall is over.
+tally_forced_ptb_test(runtime-schedule-load-lookup "ScheduleLoad.NoFlagGoesUpAfterTheProgramsOwnLookup"
+  load-lookup ";TALLY_STATS=1;FAKE_LOOKUP_LOADS=1" "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT")
+set_tests_properties(runtime-schedule-load-lookup PROPERTIES
+  PASS_REGULAR_EXPRESSION "1 preemptions put off: a kernel's code had just been loaded.*[1-9][0-9]* of the program's own lookups and loads marked")
 # At the debug level the same says what the launch waits for (its events,
 # its flag word and control block).
 tally_forced_ptb_test(runtime-schedule-stuck-described "ScheduleStuck.*" stuckd
