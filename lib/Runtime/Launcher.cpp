@@ -655,16 +655,18 @@ bool Runtime::Impl::markLoad(ContextState *C) {
   CUevent E = acquireEvent(*C, false);
   if (!E)
     return false;
-  if (D.cuEventRecord(E, C->Meta) != CUDA_SUCCESS) {
-    std::lock_guard<std::mutex> G(C->Mu);
-    C->FreeEvents.push_back(E);
-    return false;
-  }
   // Only the newest mark of a context matters: the events on its one
-  // metadata stream complete in order.
+  // metadata stream complete in order. Recorded under LoadMu, so that the
+  // mark kept is the one recorded last (two threads' loads at once: the
+  // one listed last must be the later event, which covers both loads).
   CUevent Older = nullptr;
   {
     std::lock_guard<std::mutex> G(LoadMu);
+    if (D.cuEventRecord(E, C->Meta) != CUDA_SUCCESS) {
+      std::lock_guard<std::mutex> CG(C->Mu);
+      C->FreeEvents.push_back(E);
+      return false;
+    }
     auto It = std::find_if(LoadMarks.begin(), LoadMarks.end(),
                            [&](const auto &M) { return M.first == C; });
     if (It != LoadMarks.end()) {
@@ -803,7 +805,8 @@ void Runtime::Impl::noteStuckResumption(const PtbLaunch &L) {
        "kernel %s: a resumed PTB launch %s, and the program's stream waits for it at the "
        "launch's gate: the program may wait for ever. On an H200 under MPS this happened with "
        "fewer than %d hardware work queues and launches queued behind the gate (why is not "
-       "known; the runtime queues none there now, but the program's own work may be): run "
+       "known; below that the runtime now puts no launch there, but the program's other work "
+       "may be): run "
        "best-effort processes with CUDA_DEVICE_MAX_CONNECTIONS=%d (`tally run` sets it unless "
        "it is set)",
        L.K->Name.c_str(), How, Config::WorkQueues, Config::WorkQueues);

@@ -698,7 +698,10 @@ CUresult Runtime::launch(const LaunchArgs &A, PassThrough Original) {
   // decided without capture checks or context lookups (mode cached for a
   // few microseconds); unless the statistics time this launch, or its
   // shape's forms may still need measuring (launchBe measures them).
-  if (Sched && !Hp && !S.Cfg.Forced && S.Co.Usable && S.freeMode() &&
+  // (Not while a preemptible launch may still be at its gate with fewer
+  // work queues than Config::WorkQueues: launchBe waits for it first.)
+  if (Sched && !Hp && !S.Cfg.Forced && S.Co.Usable &&
+      !S.GatesPending.load(std::memory_order_relaxed) && S.freeMode() &&
       !S.freeMeasureWanted(*K, A)) {
     if (WantTiming)
       Sample = S.sampleTiming(*K, Form::Original) ? 1 : 0;
@@ -800,6 +803,7 @@ CUresult Runtime::otherLaunch(Counted What, CUstream Stream, bool PerThreadStrea
   // without variants, it waits for HP to be idle (in Guarded mode).
   std::lock_guard<std::mutex> BeLock(S.Co.BeMu);
   Runtime::Impl::beginBeLaunch();
+  S.waitForGate(*C); // (fewer work queues than Config::WorkQueues: not behind a gate)
   S.holdWhileHpBusy(*C);
   S.finishMeasurement(); // before BeDone is recorded again behind this launch
   CUresult R = Original();

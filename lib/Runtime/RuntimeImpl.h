@@ -286,6 +286,12 @@ struct ContextState {
   /// The BE launch being issued became a preemptible PTB launch, with a
   /// gate on its stream (set by launchPtb). Under BeMu.
   bool LaunchGated = false;
+  /// With fewer hardware work queues than Config::WorkQueues: recorded on
+  /// the stream behind the latest such launch's gate (GateDoneRecorded),
+  /// and the next BE launch of the process, in any mode, waits for it
+  /// (launchBe): nothing is queued behind a gate then. Under BeMu.
+  CUevent GateDone = nullptr;
+  bool GateDoneRecorded = false;
   bool BeOverlapCounted = false;  ///< HP was seen arriving during it (counted)
   /// With a queue budget (Config::QueueUs): the BE launches that may still
   /// run, each with how long it may make an arriving HP kernel wait
@@ -468,6 +474,9 @@ struct Coordination {
   /// Preemptible PTB launches behind which nothing was queued: fewer than
   /// Config::WorkQueues hardware work queues asked for (launchBe).
   std::atomic<uint64_t> GatesNotQueuedBehind{0};
+  /// Of those launches, how many made a later BE launch wait for their end
+  /// (ContextState::GateDone).
+  std::atomic<uint64_t> GateWaits{0};
   /// Guarded BE launch calls (HP present), their time from the decision to
   /// hold to the return, and the part of it spent waiting for the
   /// process's own earlier launches to end (one at a time, or the queue's
@@ -809,6 +818,18 @@ struct Runtime::Impl {
   /// recorded here, after any hold, so that the time is the launch's own.
   CUresult launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original, ContextState &C,
                     CUstream S, Form &F, Timing *T = nullptr);
+  /// Waits (BeMu held) until \p C's latest preemptible PTB launch made
+  /// with fewer work queues than Config::WorkQueues has passed its gate
+  /// (ContextState::GateDone); at once when none is pending.
+  void waitForGate(ContextState &C);
+  /// launchBe's work, with Coordination::BeMu held.
+  CUresult launchBeLocked(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
+                          ContextState &C, CUstream S, Form &F, Timing *T);
+  /// Below Config::WorkQueues queues asked for: contexts whose latest
+  /// preemptible PTB launch may not have passed its gate
+  /// (ContextState::GateDone); while there are any, BE launches take the
+  /// slow path (launch), which waits for them.
+  std::atomic<int> GatesPending{0};
   /// Holds until this context's BE launches (the last one, and the queued
   /// ones) have ended and, unless \p HpMatters is false (a launch allowed
   /// beside HP), HP is idle.

@@ -166,17 +166,17 @@ void Runtime::Impl::coordinate(ContextState &C) {
         logf(LogLevel::Warn,
              "CUDA_DEVICE_MAX_CONNECTIONS is %d: with fewer than %d hardware work queues, "
              "launches queued behind a preempted launch kept its resumption from ever starting "
-             "on an H200 under MPS (why is not known), so nothing is queued behind preemptible "
-             "launches here (the queue budget is used behind the others only); %d is what "
-             "`tally run` sets when it is unset",
+             "on an H200 under MPS (why is not known), so no launch goes behind a preemptible "
+             "launch's gate here (the next waits for it to pass; the queue budget is used "
+             "behind the others only); %d is what `tally run` sets when it is unset",
              Q, Config::WorkQueues, Config::WorkQueues);
       else if (Q == 0 && Co.QueueUs.load(std::memory_order_relaxed))
         logf(LogLevel::Warn,
              "CUDA_DEVICE_MAX_CONNECTIONS is not set: with the driver's default hardware work "
              "queues, launches queued behind a preempted launch kept its resumption from ever "
-             "starting on an H200 under MPS (why is not known), so nothing is queued behind "
-             "preemptible launches here; set it to %d before the program starts (`tally run` "
-             "does) to queue behind them too",
+             "starting on an H200 under MPS (why is not known), so no launch goes behind a "
+             "preemptible launch's gate here (the next waits for it to pass); set it to %d "
+             "before the program starts (`tally run` does) to queue behind them too",
              Config::WorkQueues);
     }
     if (Cfg.Prio == Priority::High) {
@@ -1209,6 +1209,49 @@ bool Runtime::Impl::measureFree(KernelEntry &K, const LaunchArgs &A, PassThrough
 CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
                                  ContextState &C, CUstream S, Form &F, Timing *T) {
   std::lock_guard<std::mutex> BeLock(Co.BeMu);
+  // With fewer hardware work queues than Config::WorkQueues nothing goes
+  // behind a preemptible launch's gate, in any mode (Free, launch bound,
+  // measuring, Guarded): on an H200 under MPS, launches queued there kept
+  // a preempted launch's resumption from ever starting (twenty-third
+  // round). So a launch first waits for the latest such launch to have
+  // passed its gate (on any stream: the wait is rare, at most once per
+  // preemptible launch), and one that becomes such a launch is marked.
+  waitForGate(C);
+  C.LaunchGated = false;
+  CUresult R = launchBeLocked(K, A, Original, C, S, F, T);
+  if (C.LaunchGated && R == CUDA_SUCCESS && Cfg.WorkQueuesAsked < Config::WorkQueues) {
+    RelaxedCaptureGuard Relax(D);
+    if (!C.GateDone && D.cuEventCreate(&C.GateDone, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+      C.GateDone = nullptr;
+    // (No event: the next launch cannot see the gate pass and goes on; the
+    // queue budget still queues nothing behind it, below.)
+    if (C.GateDone && D.cuEventRecord(C.GateDone, S) == CUDA_SUCCESS) {
+      C.GateDoneRecorded = true;
+      GatesPending.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return R;
+}
+
+void Runtime::Impl::waitForGate(ContextState &C) {
+  if (!C.GateDoneRecorded)
+    return;
+  bool Waited = false;
+  holdUntil(
+      [&] {
+        const bool Pending = D.cuEventQuery(C.GateDone) == CUDA_ERROR_NOT_READY;
+        Waited |= Pending;
+        return Pending;
+      },
+      /*HpMatters=*/false);
+  if (Waited)
+    Co.GateWaits.fetch_add(1, std::memory_order_relaxed);
+  C.GateDoneRecorded = false;
+  GatesPending.fetch_sub(1, std::memory_order_relaxed);
+}
+
+CUresult Runtime::Impl::launchBeLocked(KernelEntry &K, const LaunchArgs &A, PassThrough Original,
+                                       ContextState &C, CUstream S, Form &F, Timing *T) {
   beginBeLaunch(); // this launch's bound on holds (--max-hold-us) starts afresh
   Policy::Mode Mode;
   bool Bound = false;
@@ -1424,7 +1467,6 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
   // From here an HP arrival during this launch counts once (the holds
   // between its slices included).
   C.BeOverlapCounted = false;
-  C.LaunchGated = false;
   CUresult R = launchForm(K, A, Original, C, S, F, Decided ? &Pick : nullptr,
                           /*Scheduled=*/true, /*Paced=*/true);
   if (Check.C) {
@@ -1454,8 +1496,9 @@ CUresult Runtime::Impl::launchBe(KernelEntry &K, const LaunchArgs &A, PassThroug
     // queues hung in 2 of 2 runs with the queue, none of 4 without it,
     // twenty-third round; why is not known).
     if (C.LaunchGated && R == CUDA_SUCCESS && Cfg.WorkQueuesAsked < Config::WorkQueues) {
+      if (!Unknown)
+        Co.GatesNotQueuedBehind.fetch_add(1, std::memory_order_relaxed);
       Unknown = true;
-      Co.GatesNotQueuedBehind.fetch_add(1, std::memory_order_relaxed);
     }
     queueBe(C, S, Unknown ? UINT64_MAX : WaitNs);
     queuedWait(C); // forget what already ended

@@ -357,6 +357,11 @@ void Runtime::Impl::writeStats() {
                    (unsigned long long)N, Config::WorkQueues);
     std::fputc('\n', E);
   }
+  if (const uint64_t N = Co.GateWaits.load())
+    std::fprintf(E,
+                 "tally: %llu launches waited for a preemptible PTB launch to pass its gate "
+                 "first (fewer than %d hardware work queues: CUDA_DEVICE_MAX_CONNECTIONS)\n",
+                 (unsigned long long)N, Config::WorkQueues);
   if (Co.Usable && Cfg.Prio != Priority::High && Co.GuardedCalls.load())
     std::fprintf(E,
                  "tally: %llu launch calls made while HP was present took %.3f ms in all: "
@@ -506,7 +511,7 @@ void Runtime::Impl::writeStats() {
                "\"held_ms\": %.6f, \"preemptions\": %llu, \"measured\": %llu, "
                "\"discarded\": %llu, \"unstoppable_at_hp_arrival\": %llu, "
                "\"queue_us\": %llu, \"queue_default\": %s, \"queued_launches\": %llu, "
-               "\"gates_not_queued_behind\": %llu, "
+               "\"gates_not_queued_behind\": %llu, \"gate_waits\": %llu, "
                "\"guarded_calls\": %llu, \"guarded_call_ms\": %.6f, \"guarded_held_ms\": %.6f, "
                "\"own_wait_ms\": %.6f, "
                "\"free_measure\": {\"enabled\": %s, \"launches\": %llu, \"kept\": %llu, "
@@ -542,6 +547,7 @@ void Runtime::Impl::writeStats() {
                Co.QueueDefault ? "true" : "false",
                (unsigned long long)Co.QueuedLaunches.load(),
                (unsigned long long)Co.GatesNotQueuedBehind.load(),
+               (unsigned long long)Co.GateWaits.load(),
                (unsigned long long)Co.GuardedCalls.load(), Co.GuardedNs.load() / 1e6,
                Co.GuardedHeldNs.load() / 1e6, Co.OwnWaitNs.load() / 1e6, Cfg.FreeMeasure ? "true" : "false",
                (unsigned long long)Co.FreeMeasureLaunches.load(),

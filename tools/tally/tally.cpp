@@ -128,8 +128,8 @@ const char *Variables =
     "Also set for best-effort processes: CUDA_MPS_CLIENT_PRIORITY=1, unless it is set\n"
     "or --no-mps-priority is given; CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware work\n"
     "queues: with fewer, launches queued behind a preempted launch were seen to keep\n"
-    "its resumption from ever starting, so the runtime then queues none there),\n"
-    "unless it is set.\n";
+    "its resumption from ever starting, so the runtime then puts none there and a\n"
+    "launch waits for such a launch to end), unless it is set.\n";
 
 /// The MPS daemon's folders: the user's settings, else NVIDIA's default
 /// pipe folder (so clients need no setting) and a log folder a user may
@@ -716,9 +716,10 @@ int main(int Argc, char **Argv) {
   // Hardware work queues: with fewer than 32, launches queued behind a
   // preempted launch's gate kept its resumption from ever starting under
   // MPS (Config::WorkQueues; why is not known), so the runtime queues none
-  // there below 32, which costs the queue budget's gain. A value the user
-  // set is kept (the runtime warns below 32, and at 1 runs originals
-  // instead of preemptible PTB launches).
+  // there below 32 (a launch waits for such a launch to pass its gate),
+  // which costs the queue budget's gain. A value the user set is kept (the
+  // runtime warns below 32 while it has a queue budget, and at 1 runs
+  // originals instead of preemptible PTB launches).
   if (const char *Q = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
       Priority == "best-effort" && (!Q || !*Q))
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(tally::rt::Config::WorkQueues).c_str(), 1);

@@ -1263,6 +1263,9 @@ static void *procFor(const char *Sym, cuuint64_t Flags) {
       {"cuCtxGetCurrent", reinterpret_cast<void *>(&cuCtxGetCurrent)},
       {"cuCtxDestroy", reinterpret_cast<void *>(&cuCtxDestroy_v2)},
       {"cuDevicePrimaryCtxRelease", reinterpret_cast<void *>(&cuDevicePrimaryCtxRelease_v2)},
+      {"cuModuleGetFunction", reinterpret_cast<void *>(&cuModuleGetFunction)},
+      {"cuKernelGetFunction", reinterpret_cast<void *>(&cuKernelGetFunction)},
+      {"cuFuncLoad", reinterpret_cast<void *>(&cuFuncLoad)},
   };
   auto It = Table.find(Name);
   return It == Table.end() ? nullptr : It->second;

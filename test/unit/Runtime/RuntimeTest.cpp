@@ -286,6 +286,19 @@ TEST(Passthrough, GetProcAddressEveryFlavour) {
   ASSERT_EQ(Fn(M.K, 4, 1, 1, 32, 1, 1, 0, nullptr, Args, nullptr), CUDA_SUCCESS);
   EXPECT_EQ(countPrefix("launch_ptsz pass_ptsz"), 1u);
   expectEachBlockOnce(Out);
+  // Calls that may load a kernel's code are handed out wrapped from the
+  // version their parameters have (cuFuncLoad: 12.4), as the CUDA runtime
+  // asks for them.
+  void *Lookup = nullptr, *ToFunction = nullptr, *Load = nullptr, *LoadOld = nullptr;
+  ASSERT_EQ(cuGetProcAddress_v2("cuModuleGetFunction", &Lookup, 12000, 0, &St), CUDA_SUCCESS);
+  EXPECT_EQ(Lookup, reinterpret_cast<void *>(&cuModuleGetFunction));
+  ASSERT_EQ(cuGetProcAddress_v2("cuKernelGetFunction", &ToFunction, 12000, 0, &St),
+            CUDA_SUCCESS);
+  EXPECT_EQ(ToFunction, reinterpret_cast<void *>(&cuKernelGetFunction));
+  ASSERT_EQ(cuGetProcAddress_v2("cuFuncLoad", &Load, 12040, 0, &St), CUDA_SUCCESS);
+  EXPECT_EQ(Load, reinterpret_cast<void *>(&cuFuncLoad));
+  if (cuGetProcAddress_v2("cuFuncLoad", &LoadOld, 12000, 0, &St) == CUDA_SUCCESS)
+    EXPECT_NE(LoadOld, reinterpret_cast<void *>(&cuFuncLoad)) << "wrapped below its version";
   // Unknown symbols are answered by the driver alone.
   void *None = reinterpret_cast<void *>(1);
   ASSERT_EQ(cuGetProcAddress_v2("cuNoSuchThing", &None, 12000, 0, &St), CUDA_SUCCESS);
@@ -1578,6 +1591,65 @@ TEST(ScheduleLoad, NoFlagGoesUpAfterTheProgramsOwnLookup) {
   Hp->hpFinished(Seq);
   beAlive(*Hp, 50);
   ASSERT_EQ(launchDirect(F, OutB, 64), CUDA_SUCCESS);
+  fake_sync();
+  expectEachBlockOnce(OutA);
+  expectEachBlockOnce(OutB);
+}
+
+// The program's own lookup made while a launch is stopped for HP (from
+// another thread; the fake loads code at lookups with FAKE_LOOKUP_LOADS=1)
+// waits until the stopped launch's resumption is queued, as other calls
+// that may stall the context do: no load while a launch is stopped (the
+// fake logs LOAD-UNDER-STOP, a failure).
+TEST(ScheduleLoad, TheProgramsLookupWaitsForAStoppedLaunchsResumption) {
+  auto Hp = otherProcess(tally::rt::SegPriority::High);
+  ASSERT_TRUE(Hp);
+  Module A("be_lookstop"), B("be_looknew");
+  std::vector<int> OutA(64), OutB(64);
+  uint64_t Seq = launchStoppedForHp(*Hp, A.K, OutA);
+  ASSERT_NE(Seq, 0u);
+  std::atomic<bool> Returned{false};
+  CUfunction F = nullptr;
+  std::thread T([&] {
+    EXPECT_EQ(cuModuleGetFunction(&F, static_cast<CUmodule>(B.M), "be_looknew"), CUDA_SUCCESS);
+    Returned = true;
+  });
+  beAlive(*Hp, 200);
+  EXPECT_FALSE(Returned.load()) << "the lookup went ahead while a launch was stopped";
+  EXPECT_EQ(fake_log_count("load be_looknew by lookup", ""), 0u);
+  Hp->hpFinished(Seq);
+  beAlive(*Hp, 2000, &Returned);
+  EXPECT_TRUE(Returned.load()) << "the lookup did not return once HP was idle";
+  T.join();
+  EXPECT_EQ(F, B.K);
+  ASSERT_EQ(launchDirect(F, OutB, 64), CUDA_SUCCESS);
+  fake_sync();
+  expectEachBlockOnce(OutA);
+  expectEachBlockOnce(OutB);
+  EXPECT_EQ(fake_log_count("LOAD-UNDER-STOP", ""), 0u);
+}
+
+// With fewer hardware work queues than 32 (TEST_FEW_QUEUES=1 with
+// CUDA_DEVICE_MAX_CONNECTIONS=8; else 32), a BE launch made while a
+// preemptible PTB launch has not passed its gate waits for it, in Free mode
+// too (no HP here; forced PTB): nothing goes behind a gate. With 32 it is
+// queued behind the gate at once.
+TEST(ScheduleGate, ALaunchWaitsForAGatedOneWithFewQueues) {
+  const bool Few = env("TEST_FEW_QUEUES") == "1";
+  Module A("gate_first"), B("gate_next");
+  fake_set_blocks_before_flag(1);
+  std::vector<int> OutA(64), OutB(64);
+  fake_hold_ptb(1); // launches run until their flag goes up
+  ASSERT_EQ(launchDirect(A.K, OutA, 64), CUDA_SUCCESS); // no HP: forced PTB, watched
+  std::atomic<bool> Returned{false};
+  std::thread T = launchInThread(B.K, OutB, Returned);
+  usleep(200000);
+  EXPECT_EQ(Returned.load(), !Few)
+      << (Few ? "a launch went behind a gate with fewer than 32 queues"
+              : "a launch waited for a gate with 32 queues");
+  fake_hold_ptb(0); // the first launch ends on its own
+  EXPECT_TRUE(within(2000, [&] { return Returned.load(); })) << "the second launch never went";
+  T.join();
   fake_sync();
   expectEachBlockOnce(OutA);
   expectEachBlockOnce(OutB);

@@ -208,22 +208,25 @@ set_tests_properties(runtime-schedule-queue PROPERTIES
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|nothing queued behind")
 # The same launches (PTB, chosen) with fewer than 32 hardware work queues,
-# or the variable unset: nothing is queued behind a launch's gate (on an
-# H200 under MPS, launches queued there kept a preempted launch's
-# resumption from starting): with every earlier launch ended the first
-# goes, the second waits for it to end.
+# or the variable unset (removed from the environment ctest runs in):
+# nothing is queued behind a launch's gate (on an H200 under MPS, launches
+# queued there kept a preempted launch's resumption from starting), and a
+# BE launch first waits for the latest preemptible launch to pass its gate
+# (the fake's events are held: even the first waits).
 foreach(_q 8 unset)
   if(_q STREQUAL "unset")
     set(_qenv "")
+    set(_qcmd env -u CUDA_DEVICE_MAX_CONNECTIONS $<TARGET_FILE:RuntimeTests>)
   else()
     set(_qenv ";CUDA_DEVICE_MAX_CONNECTIONS=${_q}")
+    set(_qcmd RuntimeTests)
   endif()
-  add_test(NAME runtime-schedule-queue-gates-${_q} COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
+  add_test(NAME runtime-schedule-queue-gates-${_q} COMMAND ${_qcmd} --gtest_filter=ScheduleBe.QueueBudget)
   set_tests_properties(runtime-schedule-queue-gates-${_q} PROPERTIES
-    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue-gates-${_q};TALLY_CACHE_DIR=${_rt_dir}/cache-queue-gates-${_q};TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1;TEST_QUEUE_FIT=1${_qenv}"
+    ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue-gates-${_q};TALLY_CACHE_DIR=${_rt_dir}/cache-queue-gates-${_q};TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1;TEST_QUEUE_FIT=0${_qenv}"
     TIMEOUT 120
-    PASS_REGULAR_EXPRESSION "queue budget 70 us: 0 launches queued behind earlier ones. nothing queued behind [1-9][0-9]* preemptible PTB launches \\(fewer than 32 hardware work queues"
-    FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP")
+    PASS_REGULAR_EXPRESSION "queue budget 70 us: 0 launches queued behind earlier ones. nothing queued behind [1-9][0-9]* preemptible PTB launches \\(fewer than 32 hardware work queues.*[^0-9][1-9][0-9]* launches waited for a preemptible PTB launch to pass its gate first"
+    FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|Sanitizer|Segmentation|Abort")
 endforeach()
 # A launch-bound HP process (its published wait share under
 # --hp-wait-share) is not waited for by a below-normal-priority MPS client;
@@ -460,13 +463,30 @@ foreach(_t first:AKernelAndItsVariantsLoadWhenFirstSeen
 endforeach()
 # (The stall's statistics line: the preemption put off is counted.)
 set_tests_properties(runtime-schedule-load-stall PROPERTIES
-  PASS_REGULAR_EXPRESSION "1 preemptions put off: a kernel's code had just been loaded")
+  PASS_REGULAR_EXPRESSION "[^0-9]1 preemptions put off: a kernel's code had just been loaded")
 # The program's own lookup loads code (FAKE_LOOKUP_LOADS=1, lazy loading):
-# marked, and no flag goes up until its stall is over.
+# made while a launch is stopped it waits for the resumption; made while one
+# runs it is marked, and no flag goes up until its stall is over.
+tally_forced_ptb_test(runtime-schedule-load-lookup-stopped
+  "ScheduleLoad.TheProgramsLookupWaitsForAStoppedLaunchsResumption" load-lookup-stopped
+  ";FAKE_LOOKUP_LOADS=1" "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
+set_tests_properties(runtime-schedule-load-lookup-stopped PROPERTIES PASS_REGULAR_EXPRESSION "PASSED")
+# Fewer than 32 work queues: a launch waits for a gated one to pass its
+# gate, in Free mode too; with 32 it does not.
+tally_forced_ptb_test(runtime-schedule-gate-wait-8 "ScheduleGate.*" gate-wait-8
+  ";TALLY_STATS=1;CUDA_DEVICE_MAX_CONNECTIONS=8;TEST_FEW_QUEUES=1"
+  "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
+set_tests_properties(runtime-schedule-gate-wait-8 PROPERTIES
+  PASS_REGULAR_EXPRESSION "[^0-9]1 launches waited for a preemptible PTB launch to pass its gate first")
+tally_forced_ptb_test(runtime-schedule-gate-wait-32 "ScheduleGate.*" gate-wait-32
+  ";TALLY_STATS=1;CUDA_DEVICE_MAX_CONNECTIONS=32"
+  "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort|waited for a preemptible")
+set_tests_properties(runtime-schedule-gate-wait-32 PROPERTIES PASS_REGULAR_EXPRESSION "PASSED")
 tally_forced_ptb_test(runtime-schedule-load-lookup "ScheduleLoad.NoFlagGoesUpAfterTheProgramsOwnLookup"
-  load-lookup ";TALLY_STATS=1;FAKE_LOOKUP_LOADS=1" "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT")
+  load-lookup ";TALLY_STATS=1;FAKE_LOOKUP_LOADS=1"
+  "FAILED|DEAD|LOAD-UNDER-STOP|TIMED OUT|Sanitizer|Segmentation|Abort")
 set_tests_properties(runtime-schedule-load-lookup PROPERTIES
-  PASS_REGULAR_EXPRESSION "1 preemptions put off: a kernel's code had just been loaded.*[1-9][0-9]* of the program's own lookups and loads marked")
+  PASS_REGULAR_EXPRESSION "[^0-9]1 preemptions put off: a kernel's code had just been loaded.*[1-9][0-9]* of the program's own lookups and loads marked")
 # At the debug level the same says what the launch waits for (its events,
 # its flag word and control block).
 tally_forced_ptb_test(runtime-schedule-stuck-described "ScheduleStuck.*" stuckd
