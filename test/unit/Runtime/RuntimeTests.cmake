@@ -208,20 +208,19 @@ set_tests_properties(runtime-schedule-queue PROPERTIES
   PASS_REGULAR_EXPRESSION "queue budget 70 us: [1-9][0-9]* launches queued behind earlier ones"
   FAIL_REGULAR_EXPRESSION "FAILED|DEAD|LOAD-UNDER-STOP|nothing queued behind")
 # The same launches (PTB, chosen) with fewer than 32 hardware work queues,
-# or the variable unset (removed from the environment ctest runs in):
+# or the variable unset (set empty, which the runtime reads as unset, so
+# that one in the environment ctest runs in does not count):
 # nothing is queued behind a launch's gate (on an H200 under MPS, launches
 # queued there kept a preempted launch's resumption from starting), and a
 # BE launch first waits for the latest preemptible launch to pass its gate
 # (the fake's events are held: even the first waits).
 foreach(_q 8 unset)
   if(_q STREQUAL "unset")
-    set(_qenv "")
-    set(_qcmd env -u CUDA_DEVICE_MAX_CONNECTIONS $<TARGET_FILE:RuntimeTests>)
+    set(_qenv ";CUDA_DEVICE_MAX_CONNECTIONS=")
   else()
     set(_qenv ";CUDA_DEVICE_MAX_CONNECTIONS=${_q}")
-    set(_qcmd RuntimeTests)
   endif()
-  add_test(NAME runtime-schedule-queue-gates-${_q} COMMAND ${_qcmd} --gtest_filter=ScheduleBe.QueueBudget)
+  add_test(NAME runtime-schedule-queue-gates-${_q} COMMAND RuntimeTests --gtest_filter=ScheduleBe.QueueBudget)
   set_tests_properties(runtime-schedule-queue-gates-${_q} PROPERTIES
     ENVIRONMENT "${_rt_env};TALLY_SHM_DIR=${_rt_dir}/shm-queue-gates-${_q};TALLY_CACHE_DIR=${_rt_dir}/cache-queue-gates-${_q};TALLY_QUEUE_US=70;TALLY_SILENCE_MS=60000;TALLY_STATS=1;TEST_QUEUE_FIT=0${_qenv}"
     TIMEOUT 120
