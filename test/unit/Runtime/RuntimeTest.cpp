@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <memory>
 #include <fstream>
@@ -1529,6 +1530,26 @@ TEST(ScheduleLoad, ANewKernelWaitsForAStoppedLaunchsResumption) {
   EXPECT_EQ(fake_log_count("funcload be_loadnew", ""), 1u);
 }
 
+/// Launches \p K over \p Out (64 blocks) as a watched PTB launch, running
+/// until its flag goes up; \p Load makes a code load meanwhile. Then an HP
+/// request arrives: no flag may go up while the load's stall lasts (\p Why
+/// is the failure's message). The launch then ends on its own, and with it
+/// the stall, and the request finishes.
+void expectNoFlagWhileLoadStalls(tally::rt::Segment &Hp, CUfunction K, std::vector<int> &Out,
+                                 const std::function<void()> &Load, const char *Why) {
+  fake_set_blocks_before_flag(1);
+  auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
+  fake_hold_ptb(1); // launches run until their flag goes up
+  ASSERT_EQ(launchDirect(K, Out, 64), CUDA_SUCCESS); // HP idle: wide, watched
+  Load();
+  const size_t Raised0 = Raised();
+  uint64_t Seq = Hp.hpLaunch(tally::rt::monotonicNs());
+  beAlive(Hp, 300);
+  EXPECT_EQ(Raised(), Raised0) << Why;
+  fake_hold_ptb(0); // the running launch ends on its own, and the stall with it
+  Hp.hpFinished(Seq);
+}
+
 // A kernel first seen while another launch runs is loaded at once, and
 // the load's stall lasts until that launch has ended (the fake's mark
 // completes then). An HP request arriving meanwhile stops nothing: the
@@ -1540,24 +1561,21 @@ TEST(ScheduleLoad, NoFlagGoesUpWhileALoadStalls) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module A("be_loadrun"), B("be_loadlate");
-  fake_set_blocks_before_flag(1);
-  auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
   std::vector<int> OutA(64), OutB(64);
-  fake_hold_ptb(1); // launches run until their flag goes up
-  ASSERT_EQ(launchDirect(A.K, OutA, 64), CUDA_SUCCESS); // HP idle: wide, watched
   std::atomic<bool> Returned{false};
-  std::thread T = launchInThread(B.K, OutB, Returned);
-  EXPECT_TRUE(within(1000, [] { return fake_log_count("funcload be_loadlate", "") > 0; }))
-      << "the new kernel was not loaded";
-  const size_t Raised0 = Raised();
-  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
-  beAlive(*Hp, 300);
-  EXPECT_EQ(Raised(), Raised0) << "a flag went up while a load's stall was not over";
-  fake_hold_ptb(0); // the running launch ends on its own, and the stall with it
-  Hp->hpFinished(Seq);
+  std::thread T;
+  expectNoFlagWhileLoadStalls(
+      *Hp, A.K, OutA,
+      [&] {
+        T = launchInThread(B.K, OutB, Returned);
+        EXPECT_TRUE(within(1000, [] { return fake_log_count("funcload be_loadlate", "") > 0; }))
+            << "the new kernel was not loaded";
+      },
+      "a flag went up while a load's stall was not over");
   beAlive(*Hp, 2000, &Returned);
   EXPECT_TRUE(Returned.load()) << "the new kernel's launch did not return";
-  T.join();
+  if (T.joinable())
+    T.join();
   fake_sync();
   expectEachBlockOnce(OutA);
   expectEachBlockOnce(OutB);
@@ -1574,21 +1592,18 @@ TEST(ScheduleLoad, NoFlagGoesUpAfterTheProgramsOwnLookup) {
   auto Hp = otherProcess(tally::rt::SegPriority::High);
   ASSERT_TRUE(Hp);
   Module A("be_lookrun"), B("be_lookup");
-  fake_set_blocks_before_flag(1);
-  auto Raised = [] { return fake_log_count("writevalue ", " value=1"); };
   std::vector<int> OutA(64), OutB(64);
-  fake_hold_ptb(1); // launches run until their flag goes up
-  ASSERT_EQ(launchDirect(A.K, OutA, 64), CUDA_SUCCESS); // HP idle: wide, watched
   CUfunction F = nullptr;
-  ASSERT_EQ(cuModuleGetFunction(&F, static_cast<CUmodule>(B.M), "be_lookup"), CUDA_SUCCESS);
-  EXPECT_EQ(F, B.K);
-  EXPECT_EQ(fake_log_count("load be_lookup by lookup", ""), 1u) << "the lookup loaded nothing";
-  const size_t Raised0 = Raised();
-  uint64_t Seq = Hp->hpLaunch(tally::rt::monotonicNs());
-  beAlive(*Hp, 300);
-  EXPECT_EQ(Raised(), Raised0) << "a flag went up while the program's load stalled";
-  fake_hold_ptb(0); // the running launch ends on its own, and the stall with it
-  Hp->hpFinished(Seq);
+  expectNoFlagWhileLoadStalls(
+      *Hp, A.K, OutA,
+      [&] {
+        ASSERT_EQ(cuModuleGetFunction(&F, static_cast<CUmodule>(B.M), "be_lookup"),
+                  CUDA_SUCCESS);
+        EXPECT_EQ(F, B.K);
+        EXPECT_EQ(fake_log_count("load be_lookup by lookup", ""), 1u)
+            << "the lookup loaded nothing";
+      },
+      "a flag went up while the program's load stalled");
   beAlive(*Hp, 50);
   ASSERT_EQ(launchDirect(F, OutB, 64), CUDA_SUCCESS);
   fake_sync();
